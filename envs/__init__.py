@@ -1,0 +1,25 @@
+"""Real tool environments: function calling, retail customer service (SQLite), finance (SQLite)."""
+
+from .base import Backend, Family, Task, ToolEnv, ToolError, explain
+from .finance import FinanceEnv, FinanceFamily
+from .function_calling import FunctionCallingEnv, FunctionCallingFamily
+from .retail import RetailEnv, RetailFamily
+
+ENV_IDS = {"ToolCall-v0": FunctionCallingEnv, "Retail-v0": RetailEnv, "Finance-v0": FinanceEnv}
+"""Registered id -> env class of every real tool environment."""
+
+__all__ = [
+    "ENV_IDS",
+    "Backend",
+    "Family",
+    "FinanceEnv",
+    "FinanceFamily",
+    "FunctionCallingEnv",
+    "FunctionCallingFamily",
+    "RetailEnv",
+    "RetailFamily",
+    "Task",
+    "ToolEnv",
+    "ToolError",
+    "explain",
+]

@@ -1,0 +1,376 @@
+"""Shared machinery of the real tool environments.
+
+A *family* (function calling, retail, finance) supplies four things: a backend that executes
+tool calls against real state, a seeded task generator, an oracle that solves every task, and
+the state its verifier compares. `ToolEnv` turns a family into a Gymnasium env; `explain`
+labels a finished trajectory for skill data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rehearsal_gym.protocol import (
+    MAX_TURN_CHARS,
+    USAGE,
+    FinalAnswer,
+    ParseError,
+    ToolCall,
+    ToolSpec,
+    parse_turn,
+)
+
+CHARSET = string.printable
+"""Characters of observations and actions (printable ASCII plus whitespace)."""
+MAX_OBS_CHARS = 4096
+"""Longest observation; longer tool results are cut with an explicit marker."""
+SPLITS = ("train", "test")
+TEST_FRACTION_PERCENT = 20
+MALFORMED_POLICIES = ("error", "penalty", "terminate")
+_NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class ToolError(Exception):
+    """A well-formed call the backend refuses (business rule, missing record). Shown as a result."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: the user's request and everything the backend and verifier need.
+
+    answer_kind says how the final answer is checked: "any" (only the state counts),
+    "number" (first number within tolerance of the oracle's), "keyword" (must contain answer_key).
+    """
+
+    task_id: str
+    family: str
+    template: str
+    prompt: str
+    world_seed: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+    answer_kind: str = "any"
+    answer_key: str = ""
+    rule: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Backend(ABC):
+    """Real state behind the tools of one episode. `call` raises ToolError on refused calls."""
+
+    tools: Mapping[str, ToolSpec]
+
+    @abstractmethod
+    def call(self, call: ToolCall) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def state(self) -> Any:
+        """JSON-able snapshot of the state the verifier compares."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (database connections)."""
+
+
+class Family(ABC):
+    """A task family: generator, backend factory, oracle and verifier rules."""
+
+    name: str
+    tools: Mapping[str, ToolSpec]
+
+    @abstractmethod
+    def draw_task(self, rng: np.random.Generator, task_id: str) -> Task:
+        """One random task (of any split)."""
+
+    @abstractmethod
+    def make_backend(self, task: Task) -> Backend:
+        """A fresh backend for the task's world, built from `task.world_seed`."""
+
+    @abstractmethod
+    def oracle(self, task: Task) -> list[str]:
+        """The expert's turns (calls then an answer) that solve the task."""
+
+    def state_matches(self, state: Any, expected: Any) -> bool:
+        """Whether the agent's final state reaches the goal state (default: equal hashes)."""
+        return state_hash(state) == state_hash(expected)
+
+    # -- shared ---------------------------------------------------------------------------------
+    def split_of(self, task: Task) -> str:
+        """Train/test split by a hash of the request, so no request text is in both splits."""
+        digest = hashlib.sha256(f"{task.template}|{task.prompt}".encode()).digest()
+        return "test" if digest[0] * 100 // 256 < TEST_FRACTION_PERCENT else "train"
+
+    def task(self, split: str, index: int) -> Task:
+        """The `index`-th task of a split; the same (split, index) always gives the same task."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        rng = np.random.default_rng([int(index), SPLITS.index(split), 7919])
+        for attempt in range(1000):
+            task = self.draw_task(rng, f"{self.name}/{split}/{index}")
+            if self.split_of(task) == split:
+                return task
+        raise RuntimeError(f"{self.name}: no {split} task after {attempt + 1} draws")
+
+    def expected_outcome(self, task: Task) -> tuple[Any, str]:
+        """Goal state and answer: the oracle's turns replayed on a fresh backend."""
+        backend = self.make_backend(task)
+        try:
+            answer = ""
+            for turn in self.oracle(task):
+                parsed = parse_turn(turn, self.tools)
+                if isinstance(parsed, ToolCall):
+                    execute(backend, parsed)
+                elif isinstance(parsed, FinalAnswer):
+                    answer = parsed.text
+                else:
+                    raise RuntimeError(f"{self.name} oracle wrote a bad turn {turn!r}: {parsed.message}")
+            return backend.state(), answer
+        finally:
+            backend.close()
+
+    def check_answer(self, task: Task, answer: str, expected: str) -> bool:
+        if task.answer_kind == "any":
+            return True
+        if task.answer_kind == "keyword":
+            return task.answer_key.lower() in answer.lower()
+        if task.answer_kind == "number":
+            got, want = _NUMBER_RE.search(answer), _NUMBER_RE.search(expected)
+            if not got or not want:
+                return False
+            return bool(np.isclose(float(got.group()), float(want.group()), rtol=1e-3, atol=1e-3))
+        raise ValueError(f"unknown answer_kind {task.answer_kind!r}")
+
+    def prompt(self, task: Task) -> str:
+        """The first observation: available tools, then the request."""
+        lines = ["Tools:"] + [spec.signature() for spec in self.tools.values()]
+        return "\n".join(lines + [f"Request: {task.prompt}"])
+
+
+def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
+    """Run a parsed call; a refused call becomes an ``{"error": ...}`` result, never an exception."""
+    try:
+        return backend.call(call)
+    except ToolError as e:
+        return {"error": str(e)}
+
+
+def state_hash(state: Any) -> str:
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def to_observation(text: str) -> str:
+    """Make text fit the observation space: ASCII-escaped and at most MAX_OBS_CHARS long."""
+    text = text.encode("ascii", "backslashreplace").decode("ascii")
+    text = "".join(c if c in CHARSET else " " for c in text)
+    if len(text) > MAX_OBS_CHARS:
+        marker = f" ...[cut {len(text) - MAX_OBS_CHARS + 40} chars]"
+        text = text[: MAX_OBS_CHARS - len(marker)] + marker
+    return text or " "
+
+
+def result_text(result: Mapping[str, Any]) -> str:
+    return json.dumps(result, ensure_ascii=True)
+
+
+class ToolEnv(gym.Env[str, str]):
+    """A multi-turn tool-use task against a real backend.
+
+    ## Observation
+    Text (printable ASCII, at most 4096 chars): at reset, the tool signatures and the user's
+    request; after a call, the tool's JSON result; after a malformed turn, ``error: <why>``.
+    The agent keeps the conversation; `render()` shows all of it.
+
+    ## Action
+    Text: ``CALL <tool> {json arguments}`` or ``ANSWER <text>`` (see `rehearsal_gym.protocol`).
+    Any string is accepted; a malformed one never raises.
+
+    ## Reward
+    1.0 when the final answer is given, the backend state matches the oracle's goal state and the
+    answer passes the task's check; else 0.0. With ``malformed="penalty"`` or ``"terminate"`` each
+    malformed turn costs `penalty`.
+
+    ## Episode end
+    Terminated by an ANSWER (or a malformed turn under ``"terminate"``); truncated after
+    `max_turns` agent turns.
+
+    ## Arguments
+    split: "train" or "test" (disjoint task sets). max_turns: turn limit.
+    malformed: "error" | "penalty" | "terminate". penalty: cost of a malformed turn.
+    Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``.
+
+    ## Info
+    task_id, template, turn, call (dict or None), result (dict or None), error (malformed turn),
+    malformed_count; at episode end success and expected_answer.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    family: Family
+
+    def __init__(
+        self,
+        split: str = "train",
+        max_turns: int = 8,
+        malformed: str = "error",
+        penalty: float = 0.1,
+        render_mode: str | None = None,
+    ) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if malformed not in MALFORMED_POLICIES:
+            raise ValueError(f"malformed must be one of {MALFORMED_POLICIES}, got {malformed!r}")
+        if not np.isfinite(penalty) or penalty < 0:
+            raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        self.split, self.max_turns, self.malformed, self.penalty = split, max_turns, malformed, penalty
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
+        self.action_space = spaces.Text(MAX_TURN_CHARS, min_length=0, charset=CHARSET)
+        self.task: Task | None = None
+        self.backend: Backend | None = None
+        self.transcript: list[tuple[str, str]] = []
+        self._done = True
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec]:
+        return self.family.tools
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "task" in options:
+            task = options["task"]
+            if not isinstance(task, Task) or task.family != self.family.name:
+                raise ValueError(f"options['task'] must be a {self.family.name} Task, got {task!r}")
+        else:
+            index = options.get("task_index")
+            if index is None:
+                index = int(self.np_random.integers(0, 2**31 - 1))
+            elif not isinstance(index, int | np.integer) or index < 0:
+                raise ValueError(f"options['task_index'] must be an int >= 0, got {index!r}")
+            task = self.family.task(self.split, int(index))
+        self.close()
+        self.task = task
+        self.backend = self.family.make_backend(task)
+        self._expected_state, self._expected_answer = self.family.expected_outcome(task)
+        self.turn = 0
+        self.malformed_count = 0
+        self._done = False
+        prompt = to_observation(self.family.prompt(task))
+        self.transcript = [("task", prompt)]
+        info = {"task_id": task.task_id, "template": task.template, "turn": 0, "malformed_count": 0}
+        return prompt, info
+
+    def step(self, action: str):
+        if self._done or self.backend is None or self.task is None:
+            obs = "error: the episode is over; call reset() to start a new one"
+            return obs, 0.0, True, False, {"error": "step after episode end"}
+        self.turn += 1
+        text = action if isinstance(action, str) else repr(action)
+        self.transcript.append(("agent", to_observation(text[:MAX_TURN_CHARS])))
+        info: dict[str, Any] = {"task_id": self.task.task_id, "template": self.task.template}
+        info.update(turn=self.turn, call=None, result=None)
+        reward, terminated = 0.0, False
+        parsed = parse_turn(action, self.tools)
+        if isinstance(parsed, ParseError):
+            self.malformed_count += 1
+            info["error"] = parsed.message
+            obs = f"error: {parsed.message}"
+            if self.malformed != "error":
+                reward -= self.penalty
+            terminated = self.malformed == "terminate"
+        elif isinstance(parsed, ToolCall):
+            result = self.run_tool(parsed)
+            info.update(call=parsed.to_dict(), result=result)
+            obs = result_text(result)
+        else:
+            success = self.verify(parsed.text)
+            reward += float(success)
+            terminated = True
+            obs = "episode finished: " + ("success" if success else "failure")
+            info.update(success=success, answer=parsed.text)
+        truncated = not terminated and self.turn >= self.max_turns
+        if terminated or truncated:
+            self._done = True
+            info.setdefault("success", False)
+            info["expected_answer"] = self._expected_answer
+        info["malformed_count"] = self.malformed_count
+        obs = to_observation(obs)
+        self.transcript.append(("env", obs))
+        return obs, reward, terminated, truncated, info
+
+    def run_tool(self, call: ToolCall) -> dict[str, Any]:
+        """Execute a call on the real backend (SelfSimEnv overrides where the tool runs)."""
+        return execute(self.backend, call)
+
+    def verify(self, answer: str) -> bool:
+        """The task verifier: goal state reached and the answer passes the task's check."""
+        state_ok = self.family.state_matches(self.backend.state(), self._expected_state)
+        return state_ok and self.family.check_answer(self.task, answer, self._expected_answer)
+
+    def oracle_turns(self) -> list[str]:
+        """The oracle's turns for the current task (for behaviour cloning and hints)."""
+        if self.task is None:
+            raise RuntimeError("call reset() first")
+        return self.family.oracle(self.task)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{role}] {text}" for role, text in self.transcript)
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+
+def explain(task: Task, oracle_turns: Sequence[str], actions: Sequence[str], infos: Sequence[Mapping]) -> str:
+    """State why a trajectory failed, or which workflow succeeded (labels for skill data).
+
+    `actions` are the agent's turns and `infos` the step infos of the same episode.
+    """
+    expected = [_head(t) for t in oracle_turns]
+    done = [_head(a) for a in actions]
+    success = bool(infos and infos[-1].get("success"))
+    rule = f" Rule: {task.rule}" if task.rule else ""
+    if success:
+        return f"Workflow for {task.template}: {' -> '.join(done)}.{rule}"
+    for i, info in enumerate(infos):
+        if info.get("error"):
+            return f"Turn {i + 1} was malformed ({info['error']}). Avoid: {USAGE}{rule}"
+    for i, (want, got) in enumerate(zip(expected, done, strict=False)):
+        if want != got:
+            return f"Turn {i + 1}: did {got} but the task needed {want}.{rule}"
+    if len(done) < len(expected):
+        return f"Stopped after {' -> '.join(done) or 'nothing'}; still needed {expected[len(done)]}.{rule}"
+    last = infos[-1] if infos else {}
+    if last.get("answer") is not None:
+        return (
+            f"Right tools, wrong outcome: answer {last['answer'][:60]!r} vs expected "
+            f"{last.get('expected_answer', '')[:60]!r}; check the arguments against the request.{rule}"
+        )
+    return f"Ran out of turns after {len(done)} turns without an ANSWER.{rule}"
+
+
+def _head(turn: str) -> str:
+    """Short name of a turn: the tool name for a call, 'ANSWER' for an answer."""
+    parts = turn.strip().split(maxsplit=2)
+    if not parts:
+        return "(empty)"
+    if parts[0] == "CALL" and len(parts) > 1:
+        return parts[1]
+    return parts[0][:20]

@@ -1,0 +1,23 @@
+"""rehearsal-gym: real tool environments and the policy's world-rehearsal role as Gymnasium envs.
+
+Importing the package registers ``ToolCall-v0``, ``Retail-v0`` and ``Finance-v0``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+__version__ = "0.1.0"
+
+
+def _register() -> None:
+    for env_id, entry in {
+        "ToolCall-v0": "rehearsal_gym.envs.function_calling:FunctionCallingEnv",
+        "Retail-v0": "rehearsal_gym.envs.retail:RetailEnv",
+        "Finance-v0": "rehearsal_gym.envs.finance:FinanceEnv",
+    }.items():
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=entry, max_episode_steps=None)
+
+
+_register()
