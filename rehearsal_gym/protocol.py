@@ -215,7 +215,9 @@ def _type_ok(value: Any, kind: str) -> bool:
 def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str | None:
     """Check `value` against a JSON-schema subset; return an error message or None.
 
-    For objects, property errors name the property (``argument 'order_id' missing``).
+    For objects, property errors name the property (``argument 'order_id' missing``); keys not
+    in ``properties`` are rejected unless ``additionalProperties`` allows them (the default when a
+    schema names no properties).
     Integers must fit in int64 (the backends store them in SQLite).
     """
     kind = schema.get("type")
@@ -245,12 +247,17 @@ def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str
                 error = validate(item, props[key], where=f"{where} {key!r}")
                 if error:
                     return error
-            elif not schema.get("additionalProperties", False):
-                allowed = ", ".join(props) or "none"
-                return f"unexpected {where} {quote(key)}; allowed: {allowed}"
-    if isinstance(value, list) and "items" in schema:
+            else:
+                extra = schema.get("additionalProperties", "properties" not in schema)
+                if not extra:
+                    allowed = ", ".join(props) or "none"
+                    return f"unexpected {where} {quote(key)}; allowed: {allowed}"
+                error = validate(item, extra if isinstance(extra, Mapping) else {}, where=f"{where} {quote(key)}")
+                if error:
+                    return error
+    if isinstance(value, list):
         for i, item in enumerate(value):
-            error = validate(item, schema["items"], where=f"{where}[{i}]")
+            error = validate(item, schema.get("items", {}), where=f"{where}[{i}]")
             if error:
                 return error
     return None

@@ -1,0 +1,94 @@
+"""Oracle demonstrations: recorded real episodes, turned into token sequences for both roles.
+
+Agent-role sequences train behaviour cloning (loss on the agent's tokens); environment-role
+sequences train next-result prediction of *real* tool results (loss on the result tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from .model import LM
+from .protocol import ToolCall, ToolSpec, parse_turn
+from .roles import ResultBank, env_role_prompt
+
+
+@dataclass
+class Demo:
+    """A recorded real episode: the transcript as (role, text) and where the calls are."""
+
+    env_id: str
+    task_id: str
+    tools: dict[str, ToolSpec]
+    transcript: list[tuple[str, str]]
+    call_turns: list[tuple[int, ToolCall]]  # (index of the agent message in transcript, call)
+
+
+def record_oracle_episodes(env_id: str, task_indices: Iterable[int], split: str = "train") -> list[Demo]:
+    """Run the oracle on the given tasks of a real env and record each transcript."""
+    import rehearsal_gym  # noqa: F401 - registers the env ids
+
+    env = gym.make(env_id, split=split)
+    demos = []
+    try:
+        for index in task_indices:
+            env.reset(options={"task_index": int(index)})
+            base = env.unwrapped
+            for turn in base.oracle_turns():
+                env.step(turn)
+            transcript = list(base.transcript[:-1])  # drop the closing "episode finished" note
+            calls = []
+            for j, (role, text) in enumerate(transcript):
+                parsed = parse_turn(text, base.tools) if role == "agent" else None
+                if isinstance(parsed, ToolCall):
+                    calls.append((j, parsed))
+            demos.append(Demo(env_id, base.task.task_id, dict(base.tools), transcript, calls))
+    finally:
+        env.close()
+    return demos
+
+
+def result_bank(demos: Sequence[Demo]) -> ResultBank:
+    bank = ResultBank()
+    for demo in demos:
+        for j, call in demo.call_turns:
+            bank.add(call, demo.transcript[j + 1][1])
+    return bank
+
+
+def env_role_prompts(demo: Demo, bank: ResultBank, rng: np.random.Generator, k: int = 1):
+    """(prompt, real result) pairs for each call of a demo, with k real examples of the tool."""
+    pairs = []
+    for j, call in demo.call_turns:
+        examples = bank.examples(call.name, k, rng, exclude=demo.transcript[j][1])
+        pairs.append((env_role_prompt(demo.tools, call, demo.transcript[:j], examples), demo.transcript[j + 1][1]))
+    return pairs
+
+
+def corpus_texts(demos: Sequence[Demo], seed: int = 0) -> list[str]:
+    """All text of the demos, for tokenizer training."""
+    bank, rng = result_bank(demos), np.random.default_rng(seed)
+    texts = [text for d in demos for _, text in d.transcript]
+    texts += [prompt for d in demos for prompt, _ in env_role_prompts(d, bank, rng)]
+    return texts
+
+
+def agent_sequence(lm: LM, demo: Demo) -> tuple[list[int], list[int]]:
+    """Token ids of a demo conversation and the mask of the agent's tokens (text + end)."""
+    ids, mask = [], []
+    for role, text in demo.transcript:
+        turn = lm.turn(role, text)
+        ids += turn
+        mask += [0] + [int(role == "agent")] * (len(turn) - 1)
+    return ids, mask
+
+
+def env_role_sequence(lm: LM, prompt: str, result: str) -> tuple[list[int], list[int]]:
+    """Environment-role prompt then the real result; the mask covers the result and end token."""
+    head = lm.turn("sim", prompt) + [lm.role_ids["env"]]
+    tail = lm.encode(result) + [lm.end_id]
+    return head + tail, [0] * len(head) + [1] * len(tail)

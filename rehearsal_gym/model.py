@@ -1,0 +1,123 @@
+"""The policy's language model: a causal LM, its tokenizer and the role token ids.
+
+`LM.new` builds the tiny default from a `transformers` Llama config; `LM.load` opens the
+default's checkpoints or any local Hugging Face causal-LM directory (adding the role tokens it
+lacks). Conversations are built by concatenating per-turn token ids (`LM.turn`); the decoded
+text is never re-tokenized for training.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from .tokenizer import END, PAD, ROLE_TOKENS, missing_special_tokens
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Size of the default model (sized to train on 2 CPU cores in minutes)."""
+
+    hidden_size: int = 128  # width of the residual stream
+    num_layers: int = 4  # transformer blocks
+    num_heads: int = 4  # attention heads
+    intermediate_size: int = 384  # MLP width
+    max_len: int = 1024  # context length in tokens
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"LMConfig.{name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"LMConfig.hidden_size ({self.hidden_size}) must be divisible by num_heads")
+
+
+class LM:
+    """A causal LM bundled with its tokenizer and role token ids."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+        missing = missing_special_tokens(tokenizer)
+        if missing:
+            tokenizer.add_special_tokens({"additional_special_tokens": missing})
+            model.resize_token_embeddings(len(tokenizer))
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = PAD
+        self.model = model
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_vocab()
+        self.pad_id = vocab[PAD]
+        self.end_id = vocab[END]
+        self.role_ids = {role: vocab[token] for role, token in ROLE_TOKENS.items()}
+        cfg = model.config
+        self.max_len = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 2048))
+
+    @classmethod
+    def new(cls, tokenizer, config: LMConfig | None = None, seed: int = 0) -> LM:
+        """A freshly initialised default model for `tokenizer`."""
+        config = config or LMConfig()
+        torch.manual_seed(seed)
+        vocab = tokenizer.get_vocab()
+        hf_config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            num_key_value_heads=config.num_heads,
+            max_position_embeddings=config.max_len,
+            tie_word_embeddings=True,
+            pad_token_id=vocab[PAD],
+            eos_token_id=vocab[END],
+            bos_token_id=vocab[ROLE_TOKENS["task"]],
+        )
+        return cls(LlamaForCausalLM(hf_config).eval(), tokenizer)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LM:
+        """Open a local Hugging Face causal-LM directory (weights and tokenizer)."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        return cls(model.eval(), tokenizer)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write weights (safetensors), config and tokenizer atomically: all or nothing."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
+            old = path.with_name(f".{path.name}.old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of untrusted text; role-token strings in it stay plain text."""
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def turn(self, role: str, text: str) -> list[int]:
+        """One message: role token, text, end token."""
+        return [self.role_ids[role], *self.encode(text), self.end_id]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of generated ids, without the end token or padding."""
+        ids = [i for i in ids if i not in (self.end_id, self.pad_id)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())

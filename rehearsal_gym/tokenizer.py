@@ -1,0 +1,49 @@
+"""A byte-level BPE tokenizer trained with `tokenizers` on the environments' own text.
+
+Digits are split one per token (copying numbers and ids from results is then position-wise),
+and any byte string is encodable, so hostile agent text never fails to tokenize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+PAD, END = "<|pad|>", "<|end|>"
+ROLE_TOKENS = {
+    "task": "<|task|>",  # the request and tool list (first observation)
+    "agent": "<|agent|>",  # the policy acting: a tool call or an answer
+    "env": "<|env|>",  # a tool result (real, or imagined by the environment role)
+    "skill": "<|skill|>",  # a skill hint inserted into the observation
+    "sim": "<|sim|>",  # the environment-role prompt (EnvACE world rehearsal)
+}
+SPECIAL_TOKENS = [PAD, END, *ROLE_TOKENS.values()]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE with the role special tokens; returns a HF fast tokenizer."""
+    if vocab_size < 300:
+        raise ValueError(f"vocab_size must be >= 300 (256 bytes + specials + merges), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=END, extra_special_tokens=list(ROLE_TOKENS.values())
+    )
+
+
+def missing_special_tokens(tokenizer) -> list[str]:
+    """Role tokens a (foreign) tokenizer lacks; `add_special_tokens` them and resize the model."""
+    vocab = tokenizer.get_vocab()
+    return [t for t in SPECIAL_TOKENS if t not in vocab]
