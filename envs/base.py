@@ -24,7 +24,6 @@ from gymnasium import spaces
 from rehearsal_gym.protocol import (
     MAX_TURN_CHARS,
     USAGE,
-    FinalAnswer,
     ParseError,
     ToolCall,
     ToolSpec,
@@ -116,28 +115,35 @@ class Family(ABC):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         rng = np.random.default_rng([int(index), SPLITS.index(split), 7919])
-        for attempt in range(1000):
+        draws = 1000
+        for _ in range(draws):
             task = self.draw_task(rng, f"{self.name}/{split}/{index}")
             if self.split_of(task) == split:
                 return task
-        raise RuntimeError(f"{self.name}: no {split} task after {attempt + 1} draws")
+        raise RuntimeError(f"{self.name}: no {split} task after {draws} draws")
+
+    def replay(self, task: Task, calls: Sequence[ToolCall]) -> Any:
+        """State after executing `calls` in order on a fresh backend of the task's world."""
+        backend = self.make_backend(task)
+        try:
+            for call in calls:
+                execute(backend, call)
+            return backend.state()
+        finally:
+            backend.close()
 
     def expected_outcome(self, task: Task) -> tuple[Any, str]:
         """Goal state and answer: the oracle's turns replayed on a fresh backend."""
-        backend = self.make_backend(task)
-        try:
-            answer = ""
-            for turn in self.oracle(task):
-                parsed = parse_turn(turn, self.tools)
-                if isinstance(parsed, ToolCall):
-                    execute(backend, parsed)
-                elif isinstance(parsed, FinalAnswer):
-                    answer = parsed.text
-                else:
-                    raise RuntimeError(f"{self.name} oracle wrote a bad turn {turn!r}: {parsed.message}")
-            return backend.state(), answer
-        finally:
-            backend.close()
+        calls, answer = [], ""
+        for turn in self.oracle(task):
+            parsed = parse_turn(turn, self.tools)
+            if isinstance(parsed, ParseError):
+                raise RuntimeError(f"{self.name} oracle wrote a bad turn {turn!r}: {parsed.message}")
+            if isinstance(parsed, ToolCall):
+                calls.append(parsed)
+            else:
+                answer = parsed.text
+        return self.replay(task, calls), answer
 
     def check_answer(self, task: Task, answer: str, expected: str) -> bool:
         if task.answer_kind == "any":
@@ -268,6 +274,7 @@ class ToolEnv(gym.Env[str, str]):
         self._expected_state, self._expected_answer = self.family.expected_outcome(task)
         self.turn = 0
         self.malformed_count = 0
+        self.calls: list[ToolCall] = []
         self._done = False
         prompt = to_observation(self.family.prompt(task))
         self.transcript = [("task", prompt)]
@@ -293,9 +300,15 @@ class ToolEnv(gym.Env[str, str]):
                 reward -= self.penalty
             terminated = self.malformed == "terminate"
         elif isinstance(parsed, ToolCall):
-            result = self.run_tool(parsed)
-            info.update(call=parsed.to_dict(), result=result)
-            obs = result_text(result)
+            self.calls.append(parsed)
+            info["call"] = parsed.to_dict()
+            result = self.run_tool(parsed, info)
+            if result is None:  # no usable result (a simulated tool wrote garbage): the episode fails
+                terminated = True
+                obs = f"error: {info['error']}"
+            else:
+                info["result"] = result
+                obs = result_text(result)
         else:
             success = self.verify(parsed.text)
             reward += float(success)
@@ -312,13 +325,20 @@ class ToolEnv(gym.Env[str, str]):
         self.transcript.append(("env", obs))
         return obs, reward, terminated, truncated, info
 
-    def run_tool(self, call: ToolCall) -> dict[str, Any]:
-        """Execute a call on the real backend (SelfSimEnv overrides where the tool runs)."""
+    def run_tool(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
+        """The result of a valid call: here, the real backend's. SelfSimEnv overrides this.
+
+        Returning None (with ``info["error"]`` set) ends the episode as a failure.
+        """
         return execute(self.backend, call)
+
+    def final_state(self) -> Any:
+        """The state the verifier checks: here the live backend's (SelfSimEnv replays the calls)."""
+        return self.backend.state()
 
     def verify(self, answer: str) -> bool:
         """The task verifier: goal state reached and the answer passes the task's check."""
-        state_ok = self.family.state_matches(self.backend.state(), self._expected_state)
+        state_ok = self.family.state_matches(self.final_state(), self._expected_state)
         return state_ok and self.family.check_answer(self.task, answer, self._expected_answer)
 
     def oracle_turns(self) -> list[str]:

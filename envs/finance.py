@@ -30,7 +30,9 @@ TOOLS = {
     s.name: s
     for s in [
         _spec("get_price", "closing price on a date", {"symbol": _STR, "date": _STR}),
-        _spec("compute_return", "percent return between two dates", {"symbol": _STR, "start": _STR, "end": _STR}),
+        _spec(
+            "compute_return", "percent return between two dates", {"symbol": _STR, "start": _STR, "end": _STR}
+        ),
         _spec("get_account", "cash and holdings", {"account_id": _STR}),
         _spec(
             "place_order",
@@ -83,7 +85,9 @@ class Book(Backend):
                 price *= float(np.exp(rng.normal(0, 0.03)))
         for a in range(int(rng.integers(2, 5))):
             account = f"A{int(rng.integers(10, 99))}{a}"
-            self.conn.execute("INSERT INTO accounts VALUES (?, ?)", (account, round(float(rng.uniform(500, 20000)), 2)))
+            self.conn.execute(
+                "INSERT INTO accounts VALUES (?, ?)", (account, round(float(rng.uniform(500, 20000)), 2))
+            )
             for symbol in rng.choice(SYMBOLS, size=int(rng.integers(1, 4)), replace=False):
                 qty = int(rng.integers(1, 60))
                 self.conn.execute("INSERT INTO holdings VALUES (?, ?, ?)", (account, str(symbol), qty))
@@ -95,16 +99,22 @@ class Book(Backend):
     def _close(self, symbol: str, date: str) -> float:
         if symbol not in SYMBOLS:
             raise ToolError(f"unknown symbol {symbol[:20]!r}; symbols are {', '.join(SYMBOLS)}")
-        row = self.conn.execute("SELECT close FROM quotes WHERE symbol = ? AND date = ?", (symbol, date)).fetchone()
+        row = self.conn.execute(
+            "SELECT close FROM quotes WHERE symbol = ? AND date = ?", (symbol, date)
+        ).fetchone()
         if row is None:
-            raise ToolError(f"no quote for {symbol} on {date[:20]!r}; trading days are {self.days[0]}..{self.days[-1]}")
+            raise ToolError(
+                f"no quote for {symbol} on {date[:20]!r}; trading days are {self.days[0]}..{self.days[-1]}"
+            )
         return row[0]
 
     def _account(self, account_id: str) -> tuple[float, dict[str, int]]:
         row = self.conn.execute("SELECT cash FROM accounts WHERE id = ?", (account_id,)).fetchone()
         if row is None:
             raise ToolError(f"account {account_id[:40]!r} not found")
-        held = self.query("SELECT symbol, qty FROM holdings WHERE account_id = ? AND qty > 0 ORDER BY symbol", (account_id,))
+        held = self.query(
+            "SELECT symbol, qty FROM holdings WHERE account_id = ? AND qty > 0 ORDER BY symbol", (account_id,)
+        )
         return row[0], dict(held)
 
     def call(self, call: ToolCall) -> dict[str, Any]:
@@ -131,7 +141,9 @@ class Book(Backend):
             raise ToolError(f"insufficient shares: selling {qty} {symbol}, holding {held.get(symbol, 0)}")
         sign = 1 if side == "buy" else -1
         with self.conn:
-            self.conn.execute("UPDATE accounts SET cash = round(cash - ?, 2) WHERE id = ?", (sign * cost, a["account_id"]))
+            self.conn.execute(
+                "UPDATE accounts SET cash = round(cash - ?, 2) WHERE id = ?", (sign * cost, a["account_id"])
+            )
             self.conn.execute(
                 "INSERT INTO holdings VALUES (?, ?, ?) ON CONFLICT(account_id, symbol) DO UPDATE SET qty = qty + ?",
                 (a["account_id"], symbol, qty, sign * qty),
@@ -141,7 +153,14 @@ class Book(Backend):
                 (a["account_id"], symbol, side, qty, price),
             )
         new_cash = self.query("SELECT cash FROM accounts WHERE id = ?", (a["account_id"],))[0][0]
-        return {"status": "filled", "side": side, "symbol": symbol, "qty": qty, "price": price, "cash": new_cash}
+        return {
+            "status": "filled",
+            "side": side,
+            "symbol": symbol,
+            "qty": qty,
+            "price": price,
+            "cash": new_cash,
+        }
 
     def state(self) -> dict[str, list]:
         return {
@@ -189,7 +208,9 @@ class FinanceFamily(Family):
                 affordable = round(p["qty"] * book._close(symbol, book.days[-1]), 2) <= cash
                 kind, key = ("any", "") if affordable else ("keyword", "insufficient")
             elif template == "sell_all":
-                held = book.query("SELECT symbol FROM holdings WHERE account_id = ? ORDER BY symbol", (account,))
+                held = book.query(
+                    "SELECT symbol FROM holdings WHERE account_id = ? ORDER BY symbol", (account,)
+                )
                 p["symbol"] = symbol = held[int(rng.integers(len(held)))][0]
                 text = f"Sell all shares of {symbol} in account {account}."
                 rule = "get_account to read the quantity held, then place_order sell that qty"

@@ -62,7 +62,9 @@ def _date(value: str, name: str) -> dt.date:
 
 def _convert(value: float, from_unit: str, to_unit: str) -> float:
     if _DIMENSION[from_unit] != _DIMENSION[to_unit]:
-        raise ToolError(f"cannot convert {from_unit} ({_DIMENSION[from_unit]}) to {to_unit} ({_DIMENSION[to_unit]})")
+        raise ToolError(
+            f"cannot convert {from_unit} ({_DIMENSION[from_unit]}) to {to_unit} ({_DIMENSION[to_unit]})"
+        )
     return round(value * _TO_BASE[from_unit] / _TO_BASE[to_unit], 4)
 
 
@@ -173,13 +175,24 @@ class FunctionCallingFamily(Family):
             kind, rule = "keyword", "use reverse_text and answer its result exactly"
         elif template == "scale_convert":
             a, b = [("lb", "kg"), ("kg", "lb")][int(rng.integers(2))]
-            p = {"value": int(rng.integers(1, 60)), "from_unit": a, "to_unit": b, "count": int(rng.integers(2, 20))}
+            p = {
+                "value": int(rng.integers(1, 60)),
+                "from_unit": a,
+                "to_unit": b,
+                "count": int(rng.integers(2, 20)),
+            }
             text = f"A box weighs {p['value']} {UNITS[a]}. How many {UNITS[b]} do {p['count']} boxes weigh?"
             kind, rule = "number", "convert one box first, then multiply by the count"
         else:  # chain
-            p = {"a": int(rng.integers(1, 100)), "b": int(rng.integers(1, 100)), "c": int(rng.integers(2, 10))}
+            p = {
+                "a": int(rng.integers(1, 100)),
+                "b": int(rng.integers(1, 100)),
+                "c": int(rng.integers(2, 10)),
+            }
             p["percent"] = int(rng.integers(5, 95))
-            text = f"Add {p['a']} and {p['b']}, multiply the sum by {p['c']}, then take {p['percent']}% of that."
+            text = (
+                f"Add {p['a']} and {p['b']}, multiply the sum by {p['c']}, then take {p['percent']}% of that."
+            )
             kind, rule = "number", "add, then multiply, then percent_of, each on the previous result"
         task = Task(task_id, self.name, template, text, int(rng.integers(2**31)), p, kind, "", rule)
         if kind == "keyword":
@@ -205,7 +218,10 @@ class FunctionCallingFamily(Family):
             calls = [("reverse_text", dict(p))]
         elif task.template == "scale_convert":
             one = {k: p[k] for k in ("value", "from_unit", "to_unit")}
-            calls = [("convert_units", one), ("multiply", {"a": f["convert_units"](**one)["result"], "b": p["count"]})]
+            calls = [
+                ("convert_units", one),
+                ("multiply", {"a": f["convert_units"](**one)["result"], "b": p["count"]}),
+            ]
         else:
             s = f["add"](p["a"], p["b"])["result"]
             m = f["multiply"](s, p["c"])["result"]

@@ -28,7 +28,9 @@ TOOLS = {
     s.name: s
     for s in [
         ToolSpec(
-            "find_customer", "customer by email", {"type": "object", "properties": {"email": _ID}, "required": ["email"]}
+            "find_customer",
+            "customer by email",
+            {"type": "object", "properties": {"email": _ID}, "required": ["email"]},
         ),
         ToolSpec(
             "list_orders",
@@ -36,7 +38,9 @@ TOOLS = {
             {"type": "object", "properties": {"customer_id": _ID}, "required": ["customer_id"]},
         ),
         ToolSpec(
-            "get_order", "order details", {"type": "object", "properties": {"order_id": _ID}, "required": ["order_id"]}
+            "get_order",
+            "order details",
+            {"type": "object", "properties": {"order_id": _ID}, "required": ["order_id"]},
         ),
         ToolSpec(
             "cancel_order",
@@ -50,7 +54,11 @@ TOOLS = {
         ToolSpec(
             "refund_item",
             "refund one item of a delivered order",
-            {"type": "object", "properties": {"order_id": _ID, "item_id": _ID}, "required": ["order_id", "item_id"]},
+            {
+                "type": "object",
+                "properties": {"order_id": _ID, "item_id": _ID},
+                "required": ["order_id", "item_id"],
+            },
         ),
         ToolSpec(
             "update_address",
@@ -118,7 +126,9 @@ class RetailDB(Backend):
     def call(self, call: ToolCall) -> dict[str, Any]:
         a = call.arguments
         if call.name == "find_customer":
-            row = self.conn.execute("SELECT id, name FROM customers WHERE email = ?", (a["email"],)).fetchone()
+            row = self.conn.execute(
+                "SELECT id, name FROM customers WHERE email = ?", (a["email"],)
+            ).fetchone()
             if row is None:
                 raise ToolError(f"no customer with email {a['email'][:40]!r}")
             return {"customer_id": row[0], "name": row[1]}
@@ -145,7 +155,8 @@ class RetailDB(Backend):
                 raise ToolError(f"order {order_id} is {status}; only pending orders can be cancelled")
             with self.conn:
                 self.conn.execute(
-                    "UPDATE orders SET status = 'cancelled', cancel_reason = ? WHERE id = ?", (a["reason"], order_id)
+                    "UPDATE orders SET status = 'cancelled', cancel_reason = ? WHERE id = ?",
+                    (a["reason"], order_id),
                 )
             return {"order_id": order_id, "status": "cancelled"}
         if call.name == "refund_item":
@@ -158,7 +169,9 @@ class RetailDB(Backend):
                 raise ToolError(f"item {a['item_id'][:40]!r} is not in order {order_id}")
             try:
                 with self.conn:
-                    self.conn.execute("INSERT INTO refunds VALUES (?, ?, ?)", (a["item_id"], order_id, row[0]))
+                    self.conn.execute(
+                        "INSERT INTO refunds VALUES (?, ?, ?)", (a["item_id"], order_id, row[0])
+                    )
             except sqlite3.IntegrityError:
                 raise ToolError(f"item {a['item_id']} was already refunded") from None
             return {"order_id": order_id, "item_id": a["item_id"], "refunded": row[0]}

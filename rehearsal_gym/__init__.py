@@ -1,6 +1,7 @@
 """rehearsal-gym: real tool environments and the policy's world-rehearsal role as Gymnasium envs.
 
-Importing the package registers ``ToolCall-v0``, ``Retail-v0`` and ``Finance-v0``.
+Importing the package registers the real tool envs ``ToolCall-v0``, ``Retail-v0``, ``Finance-v0``
+and the world-rehearsal env ``SelfSim-v0``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ def _register() -> None:
         "ToolCall-v0": "rehearsal_gym.envs.function_calling:FunctionCallingEnv",
         "Retail-v0": "rehearsal_gym.envs.retail:RetailEnv",
         "Finance-v0": "rehearsal_gym.envs.finance:FinanceEnv",
+        "SelfSim-v0": "rehearsal_gym.selfsim:SelfSimEnv",
     }.items():
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=entry, max_episode_steps=None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-TOKENIZER_VERSION = "1"
+TOKENIZER_VERSION = "2"
 """Bump when the corpus or tokenizer settings change; cached tokenizers are keyed by it."""
 REAL_ENV_IDS = ("ToolCall-v0", "Retail-v0", "Finance-v0")
 
@@ -34,3 +34,19 @@ def default_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
     tokenizer.save_pretrained(tmp)
     os.replace(tmp, path) if not path.exists() else None
     return AutoTokenizer.from_pretrained(path)
+
+
+def default_lm():
+    """The embedded default model and whether it is warm-started.
+
+    The cached warm start of the default `WarmStartConfig` when one exists (``rehearsal-gym
+    warmstart`` or ``demo`` makes it), else an untrained default model.
+    """
+    from .model import LM
+    from .warmstart import WarmStartConfig, warm_start_path
+
+    config = WarmStartConfig()
+    path = warm_start_path(config)
+    if (path / "config.json").is_file():
+        return LM.load(path), True
+    return LM.new(default_tokenizer(), config.model, seed=config.seed), False

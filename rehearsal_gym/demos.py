@@ -65,7 +65,9 @@ def env_role_prompts(demo: Demo, bank: ResultBank, rng: np.random.Generator, k: 
     pairs = []
     for j, call in demo.call_turns:
         examples = bank.examples(call.name, k, rng, exclude=demo.transcript[j][1])
-        pairs.append((env_role_prompt(demo.tools, call, demo.transcript[:j], examples), demo.transcript[j + 1][1]))
+        pairs.append(
+            (env_role_prompt(demo.tools, call, demo.transcript[:j], examples), demo.transcript[j + 1][1])
+        )
     return pairs
 
 

@@ -252,7 +252,9 @@ def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str
                 if not extra:
                     allowed = ", ".join(props) or "none"
                     return f"unexpected {where} {quote(key)}; allowed: {allowed}"
-                error = validate(item, extra if isinstance(extra, Mapping) else {}, where=f"{where} {quote(key)}")
+                error = validate(
+                    item, extra if isinstance(extra, Mapping) else {}, where=f"{where} {quote(key)}"
+                )
                 if error:
                     return error
     if isinstance(value, list):

@@ -7,6 +7,7 @@ Pure text functions; the model turns them into ids.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -56,13 +57,23 @@ class ResultBank:
     def __init__(self, per_tool: int = 64) -> None:
         self.per_tool = per_tool
         self._results: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self._shapes: dict[str, set[frozenset[str]]] = defaultdict(set)
 
     def add(self, call: ToolCall, result_text: str) -> None:
         bucket = self._results[call.name]
         if len(bucket) < self.per_tool:
             bucket.append((format_call(call.name, call.arguments), result_text))
+        result = json.loads(result_text)
+        if set(result) != {"error"}:
+            self._shapes[call.name].add(frozenset(result))
 
-    def examples(self, tool: str, k: int, rng: np.random.Generator, exclude: str = "") -> list[tuple[str, str]]:
+    def shapes(self, tool: str) -> set[frozenset[str]]:
+        """Key sets of the tool's real (non-error) results seen so far."""
+        return set(self._shapes.get(tool, ()))
+
+    def examples(
+        self, tool: str, k: int, rng: np.random.Generator, exclude: str = ""
+    ) -> list[tuple[str, str]]:
         """Up to `k` recorded (call, result) pairs of `tool`, drawn with `rng`, never the `exclude` call."""
         bucket = [e for e in self._results.get(tool, []) if e[0] != exclude]
         if not bucket:

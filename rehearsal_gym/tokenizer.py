@@ -1,7 +1,9 @@
 """A byte-level BPE tokenizer trained with `tokenizers` on the environments' own text.
 
-Digits are split one per token (copying numbers and ids from results is then position-wise),
-and any byte string is encodable, so hostile agent text never fails to tokenize.
+Spaces are tokens of their own, so a word or id is the same token sequence wherever it appears
+(after a space, a quote or a colon): copying an order id from the request into a call is then a
+plain token-for-token copy, which a tiny model learns far sooner. Digits are split one per token
+by default. Any byte string is encodable, so hostile agent text never fails to tokenize.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ ROLE_TOKENS = {
 SPECIAL_TOKENS = [PAD, END, *ROLE_TOKENS.values()]
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2048, single_digits: bool = True
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE with the role special tokens; returns a HF fast tokenizer."""
     if vocab_size < 300:
         raise ValueError(f"vocab_size must be >= 300 (256 bytes + specials + merges), got {vocab_size}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
+    steps = [pre_tokenizers.Split(" ", "isolated")]
+    steps += [pre_tokenizers.Digits(individual_digits=True)] if single_digits else []
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*steps, pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -31,7 +31,7 @@ class WarmStartConfig:
 
     envs: tuple[str, ...] = REAL_ENV_IDS  # real envs whose train split gives the demonstrations
     tasks_per_env: int = 1500  # oracle episodes per env
-    env_role: bool = True  # also train the environment role on real results
+    env_role_fraction: float = 0.5  # share of episodes that also give one environment-role example
     steps: int = 1200  # optimizer steps
     batch_size: int = 16  # sequences per step
     lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay)
@@ -41,9 +41,15 @@ class WarmStartConfig:
     model: LMConfig = field(default_factory=LMConfig)  # size of the default model
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.env_role_fraction <= 1.0:
+            raise ValueError(
+                f"WarmStartConfig.env_role_fraction must be in [0, 1], got {self.env_role_fraction!r}"
+            )
         for name in ("tasks_per_env", "steps", "batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"WarmStartConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"WarmStartConfig.{name} must be a positive int, got {getattr(self, name)!r}"
+                )
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"WarmStartConfig.lr must be a positive finite number, got {self.lr!r}")
         if not self.envs:
@@ -62,9 +68,11 @@ def build_examples(lm: LM, config: WarmStartConfig) -> list[tuple[list[int], lis
     for env_id in config.envs:
         demos = record_oracle_episodes(env_id, range(config.tasks_per_env))
         examples += [agent_sequence(lm, d) for d in demos]
-        if config.env_role:
-            bank = result_bank(demos)
-            examples += [env_role_sequence(lm, p, r) for d in demos for p, r in env_role_prompts(d, bank, rng)]
+        bank = result_bank(demos)
+        for demo in demos:
+            if demo.call_turns and rng.random() < config.env_role_fraction:
+                pairs = env_role_prompts(demo, bank, rng)
+                examples.append(env_role_sequence(lm, *pairs[int(rng.integers(len(pairs)))]))
     too_long = [len(ids) for ids, _ in examples if len(ids) > lm.max_len]
     if too_long:
         raise ValueError(f"{len(too_long)} demonstrations exceed the context of {lm.max_len} tokens")
@@ -74,8 +82,21 @@ def build_examples(lm: LM, config: WarmStartConfig) -> list[tuple[list[int], lis
 def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over positions whose target has mask 1."""
     targets, weights = ids[:, 1:], mask[:, 1:].float()
-    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none")
+    nll = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none"
+    )
     return (nll * weights.reshape(-1)).sum() / weights.sum().clamp(min=1.0)
+
+
+def length_batches(lengths: list[int], batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch of batches of similar length (less padding), in random order."""
+    order = rng.permutation(len(lengths))
+    pool = 50 * batch_size  # sort within pools of 50 batches: similar lengths, still shuffled
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
+        batches += [np.array(chunk[i : i + batch_size]) for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def _batch(examples, idx, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -99,7 +120,9 @@ def train_warm_start(
     lm = lm or LM.new(default_tokenizer(), config.model, seed=config.seed)
     t0 = time.time()
     examples = build_examples(lm, config)
-    log(f"warm start: {len(examples)} sequences built in {time.time() - t0:.1f}s; {lm.num_parameters():,} parameters")
+    log(
+        f"warm start: {len(examples)} sequences built in {time.time() - t0:.1f}s; {lm.num_parameters():,} parameters"
+    )
     rng = np.random.default_rng(config.seed)
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
@@ -110,20 +133,19 @@ def train_warm_start(
         return config.lr * 0.5 * (1 + math.cos(math.pi * frac))
 
     lm.model.train()
-    losses, order = [], rng.permutation(len(examples))
+    losses, batches = [], []
     bar = tqdm(range(config.steps), desc="warm start", disable=not progress, mininterval=2)
-    cursor = 0
     for step in bar:
-        if cursor + config.batch_size > len(order):
-            order, cursor = rng.permutation(len(examples)), 0
-        idx = order[cursor : cursor + config.batch_size]
-        cursor += config.batch_size
-        ids, attn, loss_mask = _batch(examples, idx, lm.pad_id)
+        if not batches:
+            batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
+        ids, attn, loss_mask = _batch(examples, batches.pop(), lm.pad_id)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, loss_mask)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"warm start loss is {loss.item()} at step {step}; lower WarmStartConfig.lr")
+            raise FloatingPointError(
+                f"warm start loss is {loss.item()} at step {step}; lower WarmStartConfig.lr"
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lm.model.parameters(), 1.0)

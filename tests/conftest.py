@@ -26,4 +26,6 @@ def tiny_tokenizer():
 def tiny_lm(tiny_tokenizer):
     from rehearsal_gym.model import LM, LMConfig
 
-    return LM.new(tiny_tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0)
+    return LM.new(
+        tiny_tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0
+    )

@@ -106,15 +106,22 @@ def test_parser_never_raises_on_text(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(["CALL get_order ", "CALL place ", "CALL anything ", "ANSWER "]), st.text(max_size=200))
+@given(
+    st.sampled_from(["CALL get_order ", "CALL place ", "CALL anything ", "ANSWER "]), st.text(max_size=200)
+)
 def test_parser_never_raises_after_a_valid_head(head, tail):
     assert isinstance(parse_turn(head + tail, TOOLS), ToolCall | FinalAnswer | ParseError)
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=10,
 )
 

@@ -2,9 +2,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-
 from rehearsal_gym.envs import ENV_IDS, explain
 from rehearsal_gym.envs.base import MAX_OBS_CHARS, state_hash
+
 from rehearsal_gym.rollout import random_turn
 
 REAL = list(ENV_IDS)
@@ -14,8 +14,8 @@ HOSTILE = [
     "\x00\x01\x02",
     "x" * 1_000_000,
     "CALL get_order " + "{" * 100_000,
-    'CALL get_order {"order_id": "O1\' OR \'1\'=\'1"}',
-    "CALL get_order {\"order_id\": \"'; DROP TABLE orders; --\"}",
+    "CALL get_order {\"order_id\": \"O1' OR '1'='1\"}",
+    'CALL get_order {"order_id": "\'; DROP TABLE orders; --"}',
     'CALL cancel_order {"order_id": "x\' OR 1=1 --", "reason": "no_longer_needed"}',
     'CALL update_address {"order_id": "1; DELETE FROM orders", "address": "../../etc/passwd"}',
     'CALL place_order {"account_id": "A1\' OR 1=1--", "symbol": "ACME", "side": "sell", "qty": 1}',
@@ -136,7 +136,9 @@ def test_business_rules_are_enforced():
         db = env.unwrapped.backend
         shipped = db.query("SELECT id FROM orders WHERE status = 'shipped'")
         if shipped:
-            obs, *_ = env.step(f'CALL cancel_order {{"order_id": "{shipped[0][0]}", "reason": "no_longer_needed"}}')
+            obs, *_ = env.step(
+                f'CALL cancel_order {{"order_id": "{shipped[0][0]}", "reason": "no_longer_needed"}}'
+            )
             assert "only pending orders can be cancelled" in obs
             return
     pytest.fail("no shipped order in 200 worlds")
@@ -146,9 +148,13 @@ def test_finance_constraints():
     env = gym.make("Finance-v0")
     env.reset(options={"task_index": 0})
     account = env.unwrapped.backend.query("SELECT id FROM accounts")[0][0]
-    obs, *_ = env.step(f'CALL place_order {{"account_id": "{account}", "symbol": "ACME", "side": "buy", "qty": 1000}}')
+    obs, *_ = env.step(
+        f'CALL place_order {{"account_id": "{account}", "symbol": "ACME", "side": "buy", "qty": 1000}}'
+    )
     assert "insufficient cash" in obs
-    obs, *_ = env.step(f'CALL place_order {{"account_id": "{account}", "symbol": "NOPE", "side": "buy", "qty": 1}}')
+    obs, *_ = env.step(
+        f'CALL place_order {{"account_id": "{account}", "symbol": "NOPE", "side": "buy", "qty": 1}}'
+    )
     assert "unknown symbol" in obs
 
 
@@ -174,8 +180,13 @@ def test_truncation_after_max_turns():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"split": "dev"}, "split"), ({"max_turns": 0}, "max_turns"), ({"malformed": "ignore"}, "malformed"),
-     ({"penalty": -1.0}, "penalty"), ({"render_mode": "human"}, "render_mode")],
+    [
+        ({"split": "dev"}, "split"),
+        ({"max_turns": 0}, "max_turns"),
+        ({"malformed": "ignore"}, "malformed"),
+        ({"penalty": -1.0}, "penalty"),
+        ({"render_mode": "human"}, "render_mode"),
+    ],
 )
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):

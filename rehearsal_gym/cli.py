@@ -1,0 +1,152 @@
+"""Command line: ``rehearsal-gym demo | warmstart | eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from .defaults import REAL_ENV_IDS
+
+
+def _oracle_policy():
+    state: dict = {}
+
+    def act(env, obs):
+        base = env.unwrapped
+        if state.get("task") is not base.task:
+            state.update(task=base.task, turns=iter(base.oracle_turns()))
+        return next(state["turns"])
+
+    return act
+
+
+def _random_policy(seed: int):
+    from .rollout import random_turn
+
+    rng = np.random.default_rng(seed)
+    return lambda env, obs: random_turn(env.unwrapped.tools, rng)
+
+
+def _warm_config(**overrides):
+    """WarmStartConfig with the CLI options that were given (None keeps the default)."""
+    from .warmstart import WarmStartConfig
+
+    return WarmStartConfig(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Oracle, random policy and the warm-started default model on each env's held-out tasks."""
+    import rehearsal_gym  # noqa: F401
+
+    from .report import write_table
+    from .rollout import evaluate, run_text_policy
+
+    lm = None
+    if not args.no_model:
+        from .warmstart import load_or_train
+
+        lm = load_or_train(_warm_config(steps=args.steps), progress=not args.quiet)
+    rows = []
+    for env_id in args.envs:
+        env = gym.make(env_id, split="test")
+        row: dict[str, object] = {"env": env_id, "tasks": args.tasks}
+        row["oracle"] = run_text_policy(env, _oracle_policy(), args.tasks)
+        row["random"] = run_text_policy(env, _random_policy(args.seed), args.tasks)
+        if lm is not None:
+            row["warm-start model"] = evaluate(lm, env_id, args.tasks)["success"]
+        rows.append(row)
+    print("\nHeld-out (test split) success rate\n")
+    print(write_table(rows, Path(args.out), "demo"))
+    print(f"\nwritten: {args.out}/demo.csv, {args.out}/demo.md")
+    return 0
+
+
+def cmd_warmstart(args: argparse.Namespace) -> int:
+    """Train (or load the cached) warm start and report held-out success per family."""
+    import rehearsal_gym  # noqa: F401
+
+    from .report import plot_curve, write_table
+    from .rollout import evaluate
+    from .warmstart import train_warm_start, warm_start_path
+
+    config = _warm_config(steps=args.steps, tasks_per_env=args.tasks_per_env, seed=args.seed)
+    out = Path(args.out)
+    t0 = time.time()
+    lm, losses = train_warm_start(config, progress=not args.quiet)
+    lm.save(warm_start_path(config))
+    train_s = time.time() - t0
+    plot_curve(losses, out / "warmstart_loss.png", "warm start (both roles)", "masked NLL")
+    rows = []
+    for env_id in REAL_ENV_IDS:
+        result = evaluate(lm, env_id, args.eval_tasks)
+        rows.append({"env": env_id, "held-out tasks": result["n"], "success": result["success"]})
+        print(
+            f"{env_id}: {result['success']:.1%} of {result['n']} held-out tasks; per template {result['per_template']}"
+        )
+    print(f"\nwarm start: {config.steps} steps in {train_s:.0f}s, final loss {np.mean(losses[-20:]):.3f}\n")
+    print(write_table(rows, out, "warmstart"))
+    (out / "warmstart_config.json").write_text(json.dumps({"key": config.key(), "steps": config.steps}))
+    print(f"\nwritten: {out}/warmstart.csv, {out}/warmstart.md, {out}/warmstart_loss.png")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Held-out success of a local model directory as agent in the real envs."""
+    import rehearsal_gym  # noqa: F401
+
+    from .model import LM
+    from .rollout import evaluate
+
+    lm = LM.load(args.model)
+    for env_id in args.envs:
+        result = evaluate(lm, env_id, args.tasks)
+        print(f"{env_id}: {result['success']:.1%} of {result['n']} ({result['per_template']})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rehearsal-gym", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
+    demo.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
+    demo.add_argument("--tasks", type=int, default=100, help="held-out tasks per env")
+    demo.add_argument("--steps", type=int, default=None, help="warm-start steps (default: WarmStartConfig)")
+    demo.add_argument("--no-model", action="store_true", help="only oracle and random policy")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--quiet", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+    ws = sub.add_parser("warmstart", help=cmd_warmstart.__doc__)
+    ws.add_argument("--steps", type=int, default=None)
+    ws.add_argument("--tasks-per-env", type=int, default=None)
+    ws.add_argument("--eval-tasks", type=int, default=100)
+    ws.add_argument("--seed", type=int, default=0)
+    ws.add_argument("--out", default="runs/warmstart")
+    ws.add_argument("--quiet", action="store_true")
+    ws.set_defaults(func=cmd_warmstart)
+    ev = sub.add_parser("eval", help=cmd_eval.__doc__)
+    ev.add_argument("--model", required=True, help="local Hugging Face model directory")
+    ev.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
+    ev.add_argument("--tasks", type=int, default=100)
+    ev.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("tasks", "eval_tasks", "steps", "tasks_per_env"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            print(f"error: --{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)
+            return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+import json
+from types import SimpleNamespace
+
+import gymnasium as gym
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+from rehearsal_gym.envs.base import state_hash
+
+from rehearsal_gym.model import LM
+from rehearsal_gym.selfsim import SelfSimEnv, fidelity, result_error
+
+
+class _Out(dict):
+    __getattr__ = dict.__getitem__
+
+
+class ScriptedModel(torch.nn.Module):
+    """Writes `texts[k]` for its k-th generation, whatever the prompt (a stand-in environment role)."""
+
+    def __init__(self, lm: LM, texts: list[str]):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.vocab = len(lm.tokenizer)
+        self.scripts = [lm.encode(t) + [lm.end_id] for t in texts]
+        self.calls = 0
+        self.config = SimpleNamespace(max_position_embeddings=4096)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False, **_):
+        if cache is None:  # a new generation starts
+            script, step = self.scripts[min(self.calls, len(self.scripts) - 1)], 0
+            self.calls += 1
+        else:
+            script, step = cache
+        logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab), -1e4)
+        logits[:, -1, script[min(step, len(script) - 1)]] = 0.0
+        return _Out(logits=logits, cache=(script, step + 1))
+
+
+def scripted_lm(tiny_lm, texts):
+    return LM(ScriptedModel(tiny_lm, texts), tiny_lm.tokenizer)
+
+
+@pytest.mark.parametrize("mode", ["replace", "wrap", "mixed"])
+@pytest.mark.parametrize("base", ["ToolCall-v0", "Retail-v0"])
+def test_check_env_every_mode(tiny_lm, base, mode):
+    env = gym.make("SelfSim-v0", base=base, model=tiny_lm, mode=mode, max_result_tokens=16, bank_tasks=5)
+    check_env(env.unwrapped)
+
+
+def test_replace_mode_never_touches_the_backend(tiny_lm):
+    env = SelfSimEnv("Retail-v0", model=scripted_lm(tiny_lm, ["{}"]), mode="replace", bank_tasks=20)
+    for i in range(50):
+        env.reset(options={"task_index": i})
+        if env.unwrapped.task.template == "cancel" and env.unwrapped.task.answer_kind == "any":
+            break
+    turns = env.oracle_turns()
+    real_first = json.loads(json.dumps(env.family.replay(env.task, [])))
+    get_order_result = _real_result(env, turns[0])
+    cancel_result = _real_result(env, turns[1])
+    env.lm = scripted_lm(tiny_lm, [json.dumps(get_order_result), json.dumps(cancel_result)])
+    env.reset(options={"task_index": i})
+    before = state_hash(env.backend.state())
+    rewards = [env.step(t)[1] for t in turns]
+    assert state_hash(env.backend.state()) == before == state_hash(real_first)
+    assert rewards[-1] == 1.0  # scored by replaying the calls, like the real env
+
+
+def _real_result(env, turn):
+    from rehearsal_gym.protocol import parse_turn
+
+    backend = env.family.make_backend(env.task)
+    try:
+        return backend.call(parse_turn(turn, env.tools))
+    finally:
+        backend.close()
+
+
+def test_wrap_mode_reports_both_results_and_fidelity(tiny_lm):
+    env = SelfSimEnv("ToolCall-v0", model=scripted_lm(tiny_lm, ['{"result": 4}']), mode="wrap", bank_tasks=20)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step('CALL add {"a": 1, "b": 2}')
+    assert json.loads(obs) == {"result": 4} and info["imagined"]
+    assert info["real_result"] == {"result": 3}
+    assert info["fidelity"] == {"exact": 0.0, "field_accuracy": 0.0, "hallucinated_fields": 0.0}
+    assert info["env_role"]["ids"] == tiny_lm.encode('{"result": 4}') + [tiny_lm.end_id]
+
+
+def test_mixed_mode_follows_p_real(tiny_lm):
+    for p_real, imagined in ((1.0, False), (0.0, True)):
+        env = SelfSimEnv(
+            "ToolCall-v0", model=scripted_lm(tiny_lm, ['{"result": 4}']), mode="mixed", p_real=p_real
+        )
+        env.reset(seed=0)
+        info = env.step('CALL add {"a": 1, "b": 2}')[-1]
+        assert info["imagined"] is imagined
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("not json", "invalid JSON"), ("[1, 2]", "not an object"), ('{"weekday": 3}', "real results have")],
+)
+def test_garbage_environment_role_ends_episode_with_zero(tiny_lm, text, why):
+    env = SelfSimEnv("ToolCall-v0", model=scripted_lm(tiny_lm, [text]), bank_tasks=20)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step('CALL add {"a": 1, "b": 2}')
+    assert terminated and reward == 0.0 and why in info["error"] and obs.startswith("error:")
+    assert info["success"] is False
+
+
+def test_untrained_model_never_crashes_and_is_reproducible(tiny_lm):
+    def run(seed):
+        env = SelfSimEnv("Finance-v0", model=tiny_lm, max_result_tokens=24, bank_tasks=5)
+        env.reset(seed=seed)
+        return [env.step('CALL get_account {"account_id": "A1"}')[0] for _ in range(1)]
+
+    assert run(3) == run(3)
+
+
+def test_uncertainty_reported_with_several_samples(tiny_lm):
+    env = SelfSimEnv("ToolCall-v0", model=tiny_lm, n_samples=3, max_result_tokens=8, bank_tasks=5)
+    env.reset(seed=0)
+    info = env.step('CALL add {"a": 1, "b": 2}')[-1]
+    assert 0.0 <= info["uncertainty"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"mode": "dream"}, "mode"),
+        ({"p_real": 2.0}, "p_real"),
+        ({"n_samples": 0}, "n_samples"),
+        ({"base": "CartPole-v1"}, "base"),
+        ({"temperature": 0.0}, "temperature"),
+    ],
+)
+def test_bad_config_names_the_field(tiny_lm, kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SelfSimEnv(**{"model": tiny_lm, **kwargs})
+
+
+def test_result_error_and_fidelity():
+    shapes = {frozenset({"result"})}
+    assert result_error('{"result": 1}', shapes) == ({"result": 1}, None)
+    assert result_error('{"error": "no such order"}', shapes) == ({"error": "no such order"}, None)
+    assert fidelity({"a": 1, "b": 2, "x": 0}, {"a": 1, "b": 3}) == {
+        "exact": 0.0,
+        "field_accuracy": 0.5,
+        "hallucinated_fields": pytest.approx(1 / 3),
+    }
+
+
+def test_make_with_no_arguments(monkeypatch, tmp_path):
+    monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
+    with pytest.warns(UserWarning, match="untrained"):
+        env = gym.make("SelfSim-v0", max_result_tokens=8, bank_tasks=3)
+    obs, info = env.reset(seed=0)
+    assert obs.startswith("Tools:")

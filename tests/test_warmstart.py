@@ -1,0 +1,91 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rehearsal_gym.demos import (
+    agent_sequence,
+    env_role_prompts,
+    env_role_sequence,
+    record_oracle_episodes,
+    result_bank,
+)
+from rehearsal_gym.model import LM, LMConfig
+from rehearsal_gym.warmstart import WarmStartConfig, masked_lm_loss, train_warm_start
+
+
+def test_masked_lm_loss_hand_computed():
+    # vocab 2, uniform logits -> NLL log(2) at every position; mask selects targets 1 and 3.
+    logits = torch.zeros(1, 4, 2)
+    logits[0, 2] = torch.tensor([0.0, math.log(3.0)])  # predicts token at position 3: p(1) = 3/4
+    ids = torch.tensor([[0, 1, 0, 1]])
+    mask = torch.tensor([[0, 1, 0, 1]])
+    expected = (math.log(2.0) + -math.log(0.75)) / 2
+    assert masked_lm_loss(logits, ids, mask).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_loss_ignores_unmasked_tokens():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 6, 5)
+    ids = torch.randint(0, 5, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 0, 0, 0, 0]])
+    other = ids.clone()
+    other[:, 4:] = (other[:, 4:] + 1) % 5  # change only unmasked targets
+    other[1, 2:] = (other[1, 2:] + 1) % 5
+    assert masked_lm_loss(logits, ids, mask).item() == pytest.approx(
+        masked_lm_loss(logits, other, mask).item()
+    )
+
+
+def test_agent_mask_covers_exactly_the_agent_turns(tiny_lm):
+    demo = record_oracle_episodes("Retail-v0", [0])[0]
+    ids, mask = agent_sequence(tiny_lm, demo)
+    agent_text = [t for role, t in demo.transcript if role == "agent"]
+    masked = [i for i, m in zip(ids, mask, strict=True) if m]
+    expected = [tok for t in agent_text for tok in tiny_lm.encode(t) + [tiny_lm.end_id]]
+    assert masked == expected
+
+
+def test_env_role_sequence_masks_the_real_result(tiny_lm):
+    demos = record_oracle_episodes("Finance-v0", range(5))
+    bank = result_bank(demos)
+    prompt, result = env_role_prompts(demos[0], bank, np.random.default_rng(0))[0]
+    assert prompt.startswith("Act as the tool") and "Call: CALL" in prompt
+    ids, mask = env_role_sequence(tiny_lm, prompt, result)
+    assert [i for i, m in zip(ids, mask, strict=True) if m] == tiny_lm.encode(result) + [tiny_lm.end_id]
+
+
+def test_short_warm_start_lowers_loss(tiny_tokenizer):
+    config = WarmStartConfig(
+        tasks_per_env=8,
+        steps=40,
+        batch_size=4,
+        lr=3e-3,
+        warmup=5,
+        model=LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+    )
+    lm = LM.new(tiny_tokenizer, config.model, seed=0)
+    before = [p.detach().clone() for p in lm.model.parameters()]
+    lm, losses = train_warm_start(config, lm=lm, progress=False, log=lambda s: None)
+    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+    assert any(not torch.equal(a, b) for a, b in zip(before, lm.model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"steps": 0}, "steps"),
+        ({"lr": float("nan")}, "lr"),
+        ({"envs": ()}, "envs"),
+        ({"env_role_fraction": 1.5}, "env_role_fraction"),
+    ],
+)
+def test_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        WarmStartConfig(**kwargs)
+
+
+def test_config_key_changes_with_config():
+    assert WarmStartConfig().key() == WarmStartConfig().key()
+    assert WarmStartConfig(steps=5).key() != WarmStartConfig().key()
