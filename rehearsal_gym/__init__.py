@@ -19,7 +19,8 @@ def _register() -> None:
         "SelfSim-v0": "rehearsal_gym.selfsim:SelfSimEnv",
     }.items():
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=entry, max_episode_steps=None)
+            vector = "rehearsal_gym.selfsim:SelfSimVectorEnv" if env_id == "SelfSim-v0" else None
+            gym.register(env_id, entry_point=entry, vector_entry_point=vector, max_episode_steps=None)
 
 
 _register()

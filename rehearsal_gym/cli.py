@@ -1,4 +1,4 @@
-"""Command line: ``rehearsal-gym demo | warmstart | eval``."""
+"""Command line: ``rehearsal-gym demo | warmstart | eval | fidelity | rehearse``."""
 
 from __future__ import annotations
 
@@ -110,6 +110,55 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    """Fidelity of imagined tool results and the rehearsal gap, per family (SelfSimEnv wrap mode)."""
+    import rehearsal_gym  # noqa: F401
+
+    from .fidelity import measure_fidelity
+    from .model import LM
+    from .report import write_table
+
+    if args.model:
+        lm = LM.load(args.model)
+    else:
+        from .warmstart import load_or_train
+
+        lm = load_or_train(_warm_config(), progress=not args.quiet)
+    rows = [measure_fidelity(lm, env_id, args.tasks) for env_id in args.envs]
+    print("\nEnvironment-role fidelity on held-out tasks (rates; gap = rehearsal - real success)\n")
+    print(write_table(rows, Path(args.out), "fidelity"))
+    print(f"\nwritten: {args.out}/fidelity.csv, {args.out}/fidelity.md")
+    return 0
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """Held-out success with private rehearsal budgets N (rehearsed candidates per real action)."""
+    import rehearsal_gym  # noqa: F401
+
+    from .model import LM
+    from .planner import RehearsalConfig, planner_success
+    from .report import write_table
+
+    if args.model:
+        lm = LM.load(args.model)
+    else:
+        from .warmstart import load_or_train
+
+        lm = load_or_train(_warm_config(), progress=not args.quiet)
+    rows = []
+    for env_id in args.envs:
+        row: dict[str, object] = {"env": env_id, "tasks": args.tasks}
+        for n in args.budgets:
+            config = RehearsalConfig(n=n, horizon=args.horizon, sequential=args.sequential)
+            result = planner_success(lm, env_id, args.tasks, config)
+            row[f"N={n}"] = result["success"]
+            print(f"{env_id} N={n}: {result['success']:.1%} ({result['rehearsals']} rehearsals)", flush=True)
+        rows.append(row)
+    print(f"\nHeld-out success with private rehearsal ({'sequential' if args.sequential else 'parallel'})\n")
+    print(write_table(rows, Path(args.out), "rehearsal"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rehearsal-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +184,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
     ev.add_argument("--tasks", type=int, default=100)
     ev.set_defaults(func=cmd_eval)
+    fi = sub.add_parser("fidelity", help=cmd_fidelity.__doc__)
+    fi.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
+    fi.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
+    fi.add_argument("--tasks", type=int, default=50)
+    fi.add_argument("--out", default="runs/fidelity")
+    fi.add_argument("--quiet", action="store_true")
+    fi.set_defaults(func=cmd_fidelity)
+    re_ = sub.add_parser("rehearse", help=cmd_rehearse.__doc__)
+    re_.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
+    re_.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
+    re_.add_argument("--budgets", nargs="+", type=int, default=[0, 2, 4])
+    re_.add_argument("--horizon", type=int, default=3)
+    re_.add_argument("--sequential", action="store_true")
+    re_.add_argument("--tasks", type=int, default=30)
+    re_.add_argument("--out", default="runs/rehearsal")
+    re_.add_argument("--quiet", action="store_true")
+    re_.set_defaults(func=cmd_rehearse)
     return parser
 
 

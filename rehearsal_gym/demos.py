@@ -6,6 +6,7 @@ sequences train next-result prediction of *real* tool results (loss on the resul
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -94,3 +95,37 @@ def env_role_sequence(lm: LM, prompt: str, result: str) -> tuple[list[int], list
     head = lm.turn("sim", prompt) + [lm.role_ids["env"]]
     tail = lm.encode(result) + [lm.end_id]
     return head + tail, [0] * len(head) + [1] * len(tail)
+
+
+_ENTITY_RE = re.compile(r"[A-Za-z]*\d[\w.@-]*|[a-z]+\.[a-z]+@[a-z.]+|[A-Z]{3,}")
+_WORD_RE = re.compile(r"\b[A-Za-z]{3,}\b")  # words of tool results (statuses, weekdays, products)
+
+
+def copy_drills(
+    lm: LM, demos: Sequence[Demo], n: int, rng: np.random.Generator
+) -> list[tuple[list[int], list[int]]]:
+    """Short synthetic copy exercises: a list of ids, dates, numbers and emails to repeat.
+
+    Tool use is mostly copying values (an order id from the request into a call, a number or a
+    status from a result into the answer). A tiny model learns that skill (induction heads) far sooner from dense
+    short drills than from whole episodes; the items come from the demos' own text, plus fresh
+    random digit strings so that no particular value is memorised.
+    """
+    pool = sorted(
+        {m for d in demos for _, text in d.transcript for m in _ENTITY_RE.findall(text)}
+        | {w for d in demos for role, text in d.transcript if role == "env" for w in _WORD_RE.findall(text)}
+    )
+    if not pool:
+        return []
+    drills = []
+    for _ in range(n):
+        items = []
+        for _ in range(int(rng.integers(2, 7))):
+            if rng.random() < 0.3:
+                items.append("".join(map(str, rng.integers(0, 10, size=int(rng.integers(2, 8))))))
+            else:
+                items.append(pool[int(rng.integers(len(pool)))])
+        head = lm.turn("task", "Repeat: " + ", ".join(items)) + [lm.role_ids["agent"]]
+        tail = lm.encode(" ".join(items)) + [lm.end_id]
+        drills.append((head + tail, [0] * len(head) + [1] * len(tail)))
+    return drills

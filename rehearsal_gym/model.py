@@ -24,10 +24,10 @@ from .tokenizer import END, PAD, ROLE_TOKENS, missing_special_tokens
 class LMConfig:
     """Size of the default model (sized to train on 2 CPU cores in minutes)."""
 
-    hidden_size: int = 128  # width of the residual stream
-    num_layers: int = 4  # transformer blocks
+    hidden_size: int = 96  # width of the residual stream
+    num_layers: int = 3  # transformer blocks
     num_heads: int = 4  # attention heads
-    intermediate_size: int = 384  # MLP width
+    intermediate_size: int = 288  # MLP width
     max_len: int = 1024  # context length in tokens
 
     def __post_init__(self) -> None:

@@ -16,13 +16,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rehearsal_gym.envs.base import ToolEnv, execute, result_text
+from rehearsal_gym.envs.base import ToolEnv, execute, result_text, to_observation
 
-from .demos import record_oracle_episodes
+from .demos import record_oracle_episodes, result_bank
 from .model import LM
-from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, quote
+from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
 from .roles import ResultBank, env_role_prompt
-from .sampling import sample
+from .sampling import Samples, sample
 
 MODES = ("replace", "wrap", "mixed")
 
@@ -86,6 +86,8 @@ class SelfSimEnv(ToolEnv):
         both results and a fidelity score; the agent sees the imagined one), "mixed" (real with
         probability `p_real`, drawn from the env's seeded RNG).
     n_examples: real recorded results of the tool shown in the environment-role prompt.
+    bank_tasks, bank: the real results come from oracle runs of `bank_tasks` train tasks, or from
+        a given `ResultBank` (shared between envs); real results seen in wrap/mixed mode join it.
     n_samples: environment-role samples per call; with more than one, ``info["uncertainty"]``
         is the share of samples that disagree with the one used.
     max_result_tokens, temperature: environment-role sampling.
@@ -107,6 +109,7 @@ class SelfSimEnv(ToolEnv):
         max_result_tokens: int = 256,
         temperature: float = 1.0,
         bank_tasks: int = 40,
+        bank: ResultBank | None = None,
         **base_kwargs: Any,
     ) -> None:
         if mode not in MODES:
@@ -130,21 +133,21 @@ class SelfSimEnv(ToolEnv):
         self.n_examples, self.n_samples = n_examples, n_samples
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
         self.lm = _resolve_model(model)
-        self.bank = ResultBank()
-        for demo in record_oracle_episodes(base, range(bank_tasks)):
-            for j, call in demo.call_turns:
-                self.bank.add(call, demo.transcript[j + 1][1])
-        self.metadata = {**ToolEnv.metadata}
+        if bank is None:
+            bank = result_bank(record_oracle_episodes(base, range(bank_tasks)))
+        self.bank = bank
+        self._pending: dict[str, Any] = {}
 
     # -- where a tool call is answered ------------------------------------------------------------
     def run_tool(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
-        use_real = self.mode == "mixed" and self.np_random.random() < self.p_real
-        if use_real:
+        pending, self._pending = self._pending, {}
+        plan = pending["plan"] if pending.get("call") == call else self.plan(call)
+        if not plan["imagine"]:
             real = execute(self.backend, call)
             self.bank.add(call, result_text(real))
             info["imagined"] = False
             return real
-        imagined = self.imagine(call, info)
+        imagined = self.imagine(call, plan, info)
         info["imagined"] = True
         if self.mode == "wrap":
             real = execute(self.backend, call)
@@ -154,29 +157,59 @@ class SelfSimEnv(ToolEnv):
                 info["fidelity"] = fidelity(imagined, real)
         return imagined
 
-    def imagine(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
-        """Sample the environment role's result for `call`; None (and info["error"]) if unusable."""
+    def plan(self, call: ToolCall) -> dict[str, Any]:
+        """Every random draw of answering `call`, in a fixed order: real or imagined, the
+        environment-role prompt (with its drawn examples) and the sampling seed."""
+        if self.mode == "mixed" and self.np_random.random() < self.p_real:
+            return {"imagine": False}
         examples = self.bank.examples(
             call.name, self.n_examples, self.np_random, exclude=format_call(call.name, call.arguments)
         )
-        prompt = env_role_prompt(self.tools, call, self.transcript[:-1], examples)
+        transcript = self.transcript[:-1] if self.transcript[-1][0] == "agent" else self.transcript
+        prompt = env_role_prompt(self.tools, call, transcript, examples)
         prompt_ids = self.lm.turn("sim", prompt) + [self.lm.role_ids["env"]]
-        if len(prompt_ids) + self.max_result_tokens > self.lm.max_len:
-            info["error"] = f"environment-role prompt ({len(prompt_ids)} tokens) overflows the context"
+        seed = int(self.np_random.integers(0, 2**62))
+        return {"imagine": True, "prompt_ids": prompt_ids, "seed": seed}
+
+    def plan_step(self, action: str) -> dict[str, Any] | None:
+        """For a vector env: the plan of the imagination that `step(action)` will need, or None.
+
+        The plan is kept and used by the next `step`, so its draws are made exactly once.
+        """
+        if self._done or self.task is None:
             return None
-        generator = torch.Generator().manual_seed(int(self.np_random.integers(0, 2**62)))
-        out = sample(
+        call = parse_turn(action, self.tools)
+        if not isinstance(call, ToolCall):
+            return None
+        plan = self.plan(call)
+        self._pending = {"call": call, "plan": plan}
+        return plan if plan["imagine"] and self._fits(plan) else None
+
+    def _fits(self, plan: dict[str, Any]) -> bool:
+        return len(plan["prompt_ids"]) + self.max_result_tokens <= self.lm.max_len
+
+    def sample_role(self, prompts: list[list[int]], seed: int) -> Samples:
+        """Sample environment-role results for a batch of prompts (one seeded generator)."""
+        return sample(
             self.lm.model,
-            [prompt_ids] * self.n_samples,
+            prompts,
             max_new_tokens=self.max_result_tokens,
             stop_id=self.lm.end_id,
             pad_id=self.lm.pad_id,
             temperature=self.temperature,
-            generator=generator,
+            generator=torch.Generator().manual_seed(seed),
         )
+
+    def imagine(self, call: ToolCall, plan: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] | None:
+        """The environment role's result for `call`; None (and info["error"]) if unusable."""
+        prompt_ids = plan["prompt_ids"]
+        if not self._fits(plan):
+            info["error"] = f"environment-role prompt ({len(prompt_ids)} tokens) overflows the context"
+            return None
+        out = plan.get("samples") or self.sample_role([prompt_ids] * self.n_samples, plan["seed"])
         texts = [self.lm.decode(t) for t in out.tokens]
         info["env_role"] = {"prompt_ids": prompt_ids, "ids": out.tokens[0], "logprobs": out.logprobs[0]}
-        if self.n_samples > 1:
+        if len(texts) > 1:
             canon = [_canonical(t) for t in texts]
             info["uncertainty"] = float(np.mean([c != canon[0] for c in canon[1:]]))
         if not out.stopped[0]:
@@ -188,6 +221,36 @@ class SelfSimEnv(ToolEnv):
         if error:
             info["error"] = error
         return result
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """As the base env; ``options["history"]`` = [(action, observation), ...] of a real episode
+        of the same task (with ``options["task"]``) starts the rehearsal from that real state
+        (branched rehearsal): the prefix is taken as given, later steps are imagined."""
+        self._pending = {}
+        options = dict(options or {})
+        history = options.pop("history", None)
+        obs, info = super().reset(seed=seed, options=options)
+        if history:
+            if not isinstance(history, list | tuple) or not all(
+                isinstance(h, list | tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)
+                for h in history
+            ):
+                raise ValueError("options['history'] must be a list of (action, observation) string pairs")
+            if len(history) >= self.max_turns:
+                raise ValueError(
+                    f"options['history'] has {len(history)} turns; max_turns is {self.max_turns}"
+                )
+            for action, observation in history:
+                self.turn += 1
+                self.transcript += [("agent", to_observation(action)), ("env", to_observation(observation))]
+                call = parse_turn(action, self.tools)
+                if isinstance(call, ToolCall):
+                    self.calls.append(call)
+                    if self.mode != "replace":
+                        execute(self.backend, call)
+            obs = self.transcript[-1][1]
+            info["turn"] = self.turn
+        return obs, info
 
     def final_state(self) -> Any:
         """Replay the agent's calls on a fresh backend: rehearsed episodes are scored like real ones."""
@@ -218,3 +281,43 @@ def _resolve_model(model: LM | str | None) -> LM:
             stacklevel=3,
         )
     return lm
+
+
+class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
+    """`num_envs` SelfSimEnvs sharing one model, with environment-role generation batched.
+
+    Each step first collects the imagination every sub-env needs (`SelfSimEnv.plan_step`), samples
+    them all in one batched call, then steps the sub-envs, which use those samples. Autoreset and
+    the returned arrays are those of `gymnasium.vector.SyncVectorEnv` (next-step autoreset).
+    Made by ``gym.make_vec("SelfSim-v0", num_envs=N, base=..., mode=...)``.
+    """
+
+    def __init__(self, num_envs: int = 1, model: LM | str | None = None, **kwargs: Any) -> None:
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        lm = _resolve_model(model)
+        if kwargs.get("bank") is None:  # one bank of real results shared by the sub-envs
+            base, bank_tasks = kwargs.get("base", "ToolCall-v0"), kwargs.pop("bank_tasks", 40)
+            kwargs["bank"] = result_bank(record_oracle_episodes(base, range(bank_tasks)))
+        super().__init__([lambda: SelfSimEnv(model=lm, **kwargs) for _ in range(num_envs)])
+
+    def step(self, actions):
+        subs = [env.unwrapped for env in self.envs]
+        plans = {}
+        for i, (env, action) in enumerate(zip(subs, actions, strict=True)):
+            if not self._autoreset_envs[i]:
+                plan = env.plan_step(action)
+                if plan is not None:
+                    plans[i] = plan
+        if plans:
+            first = next(iter(plans))
+            prompts = [plans[i]["prompt_ids"] for i in plans for _ in range(subs[i].n_samples)]
+            out = subs[first].sample_role(prompts, plans[first]["seed"])
+            row = 0
+            for i, plan in plans.items():
+                k = subs[i].n_samples
+                plan["samples"] = Samples(
+                    out.tokens[row : row + k], out.logprobs[row : row + k], out.stopped[row : row + k]
+                )
+                row += k
+        return super().step(actions)

@@ -21,7 +21,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .defaults import REAL_ENV_IDS, cache_dir, default_tokenizer
-from .demos import agent_sequence, env_role_prompts, env_role_sequence, record_oracle_episodes, result_bank
+from .demos import (
+    agent_sequence,
+    copy_drills,
+    env_role_prompts,
+    env_role_sequence,
+    record_oracle_episodes,
+    result_bank,
+)
 from .model import LM, LMConfig
 
 
@@ -32,9 +39,12 @@ class WarmStartConfig:
     envs: tuple[str, ...] = REAL_ENV_IDS  # real envs whose train split gives the demonstrations
     tasks_per_env: int = 1500  # oracle episodes per env
     env_role_fraction: float = 0.5  # share of episodes that also give one environment-role example
-    steps: int = 1200  # optimizer steps
+    copy_drills: int = 20000  # short synthetic copy exercises (values from the demos)
+    drill_steps: int = 800  # first steps train on copy drills only (forms the copying circuit)
+    drill_batch_size: int = 32  # sequences per drill step (drills are short)
+    steps: int = 2000  # optimizer steps on episodes (after the drill steps)
     batch_size: int = 16  # sequences per step
-    lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay)
+    lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
     warmup: int = 60  # warmup steps
     weight_decay: float = 0.01  # AdamW weight decay
     seed: int = 0  # model init, data order
@@ -45,7 +55,12 @@ class WarmStartConfig:
             raise ValueError(
                 f"WarmStartConfig.env_role_fraction must be in [0, 1], got {self.env_role_fraction!r}"
             )
-        for name in ("tasks_per_env", "steps", "batch_size"):
+        for name in ("copy_drills", "drill_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
+        if self.drill_steps and self.copy_drills < len(self.envs):
+            raise ValueError("WarmStartConfig.copy_drills must be >= the number of envs when drill_steps > 0")
+        for name in ("tasks_per_env", "steps", "batch_size", "drill_batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(
                     f"WarmStartConfig.{name} must be a positive int, got {getattr(self, name)!r}"
@@ -61,13 +76,18 @@ class WarmStartConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def build_examples(lm: LM, config: WarmStartConfig) -> list[tuple[list[int], list[int]]]:
-    """(ids, loss mask) pairs of both roles from the train splits' oracle episodes."""
+Example = tuple[list[int], list[int]]
+
+
+def build_examples(lm: LM, config: WarmStartConfig) -> tuple[list[Example], list[Example]]:
+    """(ids, loss mask) pairs: episodes of both roles from the train splits' oracle runs, and
+    copy drills made from the same demos."""
     rng = np.random.default_rng(config.seed)
-    examples = []
+    examples, drills = [], []
     for env_id in config.envs:
         demos = record_oracle_episodes(env_id, range(config.tasks_per_env))
         examples += [agent_sequence(lm, d) for d in demos]
+        drills += copy_drills(lm, demos, config.copy_drills // len(config.envs), rng)
         bank = result_bank(demos)
         for demo in demos:
             if demo.call_turns and rng.random() < config.env_role_fraction:
@@ -76,7 +96,7 @@ def build_examples(lm: LM, config: WarmStartConfig) -> list[tuple[list[int], lis
     too_long = [len(ids) for ids, _ in examples if len(ids) > lm.max_len]
     if too_long:
         raise ValueError(f"{len(too_long)} demonstrations exceed the context of {lm.max_len} tokens")
-    return examples
+    return examples, drills
 
 
 def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -119,26 +139,33 @@ def train_warm_start(
     torch.manual_seed(config.seed)
     lm = lm or LM.new(default_tokenizer(), config.model, seed=config.seed)
     t0 = time.time()
-    examples = build_examples(lm, config)
+    examples, drills = build_examples(lm, config)
     log(
-        f"warm start: {len(examples)} sequences built in {time.time() - t0:.1f}s; {lm.num_parameters():,} parameters"
+        f"warm start: {len(examples)} episodes and {len(drills)} copy drills built in {time.time() - t0:.1f}s; "
+        f"{lm.num_parameters():,} parameters"
     )
     rng = np.random.default_rng(config.seed)
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    total = config.drill_steps + config.steps
 
     def lr_at(step: int) -> float:
         if step < config.warmup:
             return config.lr * (step + 1) / config.warmup
-        frac = (step - config.warmup) / max(1, config.steps - config.warmup)
-        return config.lr * 0.5 * (1 + math.cos(math.pi * frac))
+        frac = (step - config.warmup) / max(1, total - config.warmup)
+        return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
     lm.model.train()
     losses, batches = [], []
-    bar = tqdm(range(config.steps), desc="warm start", disable=not progress, mininterval=2)
+    bar = tqdm(range(total), desc="warm start", disable=not progress, mininterval=2)
     for step in bar:
-        if not batches:
-            batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-        ids, attn, loss_mask = _batch(examples, batches.pop(), lm.pad_id)
+        if step < config.drill_steps:  # phase 1: copy drills only
+            ids, attn, loss_mask = _batch(
+                drills, rng.integers(0, len(drills), config.drill_batch_size), lm.pad_id
+            )
+        else:  # phase 2: episodes of both roles
+            if not batches:
+                batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
+            ids, attn, loss_mask = _batch(examples, batches.pop(), lm.pad_id)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, loss_mask)

@@ -156,3 +156,35 @@ def test_make_with_no_arguments(monkeypatch, tmp_path):
         env = gym.make("SelfSim-v0", max_result_tokens=8, bank_tasks=3)
     obs, info = env.reset(seed=0)
     assert obs.startswith("Tools:")
+
+
+def test_vector_env_batches_environment_role(tiny_lm):
+    lm = scripted_lm(tiny_lm, ['{"result": 3}'])
+    envs = gym.make_vec("SelfSim-v0", num_envs=3, base="ToolCall-v0", model=lm, bank_tasks=10)
+    obs, info = envs.reset(seed=0)
+    assert len(obs) == 3 and all(o.startswith("Tools:") for o in obs)
+    actions = ('CALL add {"a": 1, "b": 2}', "nonsense", 'CALL add {"a": 1, "b": 2}')
+    obs, rewards, terminated, truncated, info = envs.step(actions)
+    assert lm.model.calls == 1  # one batched generation served both calls
+    assert json.loads(obs[0]) == json.loads(obs[2]) == {"result": 3}
+    assert (
+        obs[1].startswith("error:")
+        and info["imagined"][0]
+        and info["_imagined"].tolist() == [True, False, True]
+    )
+    obs, rewards, terminated, truncated, info = envs.step(("ANSWER 3",) * 3)
+    assert terminated.all()
+    obs, *_ = envs.step(("ANSWER 3",) * 3)  # next-step autoreset
+    assert all(o.startswith("Tools:") for o in obs)
+    envs.close()
+
+
+def test_vector_env_is_reproducible(tiny_lm):
+    def run():
+        envs = gym.make_vec(
+            "SelfSim-v0", num_envs=2, base="Finance-v0", model=tiny_lm, max_result_tokens=16, bank_tasks=5
+        )
+        envs.reset(seed=5)
+        return envs.step(('CALL get_account {"account_id": "A1"}',) * 2)[0]
+
+    assert run() == run()

@@ -6,6 +6,7 @@ import torch
 
 from rehearsal_gym.demos import (
     agent_sequence,
+    copy_drills,
     env_role_prompts,
     env_role_sequence,
     record_oracle_episodes,
@@ -59,7 +60,10 @@ def test_env_role_sequence_masks_the_real_result(tiny_lm):
 def test_short_warm_start_lowers_loss(tiny_tokenizer):
     config = WarmStartConfig(
         tasks_per_env=8,
-        steps=40,
+        steps=30,
+        copy_drills=300,
+        drill_steps=10,
+        drill_batch_size=8,
         batch_size=4,
         lr=3e-3,
         warmup=5,
@@ -79,6 +83,8 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         ({"lr": float("nan")}, "lr"),
         ({"envs": ()}, "envs"),
         ({"env_role_fraction": 1.5}, "env_role_fraction"),
+        ({"copy_drills": 0}, "copy_drills"),
+        ({"drill_steps": -1}, "drill_steps"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
@@ -89,3 +95,12 @@ def test_config_errors_name_the_field(kwargs, field):
 def test_config_key_changes_with_config():
     assert WarmStartConfig().key() == WarmStartConfig().key()
     assert WarmStartConfig(steps=5).key() != WarmStartConfig().key()
+
+
+def test_copy_drills_repeat_their_items(tiny_lm):
+    demos = record_oracle_episodes("Retail-v0", range(5))
+    for ids, mask in copy_drills(tiny_lm, demos, 20, np.random.default_rng(0)):
+        text = tiny_lm.tokenizer.decode(ids, skip_special_tokens=True)
+        items = text.split("Repeat: ", 1)[1]
+        target = tiny_lm.decode([i for i, m in zip(ids, mask, strict=True) if m])
+        assert items.startswith(target.replace(" ", ", ")) and target
