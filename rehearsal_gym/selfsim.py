@@ -8,7 +8,9 @@ ends with reward 0 and ``info["error"]`` says why.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import warnings
 from typing import Any
 
@@ -67,6 +69,53 @@ def fidelity(imagined: dict[str, Any], real: dict[str, Any]) -> dict[str, float]
     return {"exact": exact, "field_accuracy": fields, "hallucinated_fields": hallucinated}
 
 
+class ImaginationCache:
+    """Record/replay of imagined results, keyed by environment-role prompt ids and seed.
+
+    `save` writes JSON lines; `ImaginationCache(path)` loads them, so a rehearsal can be replayed
+    exactly (e.g. to debug a training run) even after the weights changed.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.hits = 0
+        if path is not None:
+            with open(path) as f:
+                for line in f:
+                    entry = json.loads(line)
+                    self.entries[entry["key"]] = entry
+
+    @staticmethod
+    def key(prompt_ids: list[int], seed: int) -> str:
+        return hashlib.sha256(json.dumps([prompt_ids, seed]).encode()).hexdigest()
+
+    def get(self, key: str) -> Samples | None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        self.hits += 1
+        return Samples(entry["tokens"], entry["logprobs"], entry["stopped"])
+
+    def put(self, key: str, samples: Samples) -> None:
+        self.entries[key] = {
+            "key": key,
+            "tokens": samples.tokens,
+            "logprobs": samples.logprobs,
+            "stopped": samples.stopped,
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write all entries as JSON lines, atomically."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            for entry in self.entries.values():
+                f.write(json.dumps(entry) + "\n")
+        os.replace(tmp, path)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class SelfSimEnv(ToolEnv):
     """A real env's tasks with tool results imagined by the model in its environment role.
 
@@ -88,6 +137,8 @@ class SelfSimEnv(ToolEnv):
     n_examples: real recorded results of the tool shown in the environment-role prompt.
     bank_tasks, bank: the real results come from oracle runs of `bank_tasks` train tasks, or from
         a given `ResultBank` (shared between envs); real results seen in wrap/mixed mode join it.
+    cache: an `ImaginationCache` recording imagined results; one loaded from a file replays them
+        (same prompt and seed) without sampling. Imagined results never enter the bank.
     n_samples: environment-role samples per call; with more than one, ``info["uncertainty"]``
         is the share of samples that disagree with the one used.
     max_result_tokens, temperature: environment-role sampling.
@@ -110,6 +161,7 @@ class SelfSimEnv(ToolEnv):
         temperature: float = 1.0,
         bank_tasks: int = 40,
         bank: ResultBank | None = None,
+        cache: ImaginationCache | None = None,
         **base_kwargs: Any,
     ) -> None:
         if mode not in MODES:
@@ -136,6 +188,7 @@ class SelfSimEnv(ToolEnv):
         if bank is None:
             bank = result_bank(record_oracle_episodes(base, range(bank_tasks)))
         self.bank = bank
+        self.cache = cache
         self._pending: dict[str, Any] = {}
 
     # -- where a tool call is answered ------------------------------------------------------------
@@ -206,7 +259,12 @@ class SelfSimEnv(ToolEnv):
         if not self._fits(plan):
             info["error"] = f"environment-role prompt ({len(prompt_ids)} tokens) overflows the context"
             return None
-        out = plan.get("samples") or self.sample_role([prompt_ids] * self.n_samples, plan["seed"])
+        key = ImaginationCache.key(prompt_ids, plan["seed"])
+        out = self.cache.get(key) if self.cache is not None else None
+        if out is None:
+            out = plan.get("samples") or self.sample_role([prompt_ids] * self.n_samples, plan["seed"])
+            if self.cache is not None:
+                self.cache.put(key, out)
         texts = [self.lm.decode(t) for t in out.tokens]
         info["env_role"] = {"prompt_ids": prompt_ids, "ids": out.tokens[0], "logprobs": out.logprobs[0]}
         if len(texts) > 1:

@@ -188,3 +188,40 @@ def test_vector_env_is_reproducible(tiny_lm):
         return envs.step(('CALL get_account {"account_id": "A1"}',) * 2)[0]
 
     assert run() == run()
+
+
+def test_record_and_replay_cache(tiny_lm, tmp_path):
+    from rehearsal_gym.selfsim import ImaginationCache
+
+    cache = ImaginationCache()
+    env = SelfSimEnv("ToolCall-v0", model=tiny_lm, max_result_tokens=12, bank_tasks=5, cache=cache)
+    env.reset(seed=4)
+    first = env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"]["ids"]
+    assert len(cache) == 1
+    cache.save(tmp_path / "imagined.jsonl")
+    replay = ImaginationCache(tmp_path / "imagined.jsonl")
+    other = LM.new(tiny_lm.tokenizer, seed=1)  # different weights: the replay must not sample
+    env = SelfSimEnv("ToolCall-v0", model=other, max_result_tokens=12, bank_tasks=5, cache=replay)
+    env.reset(seed=4)
+    assert env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"]["ids"] == first and replay.hits == 1
+    assert len(env.bank) == len(SelfSimEnv("ToolCall-v0", model=tiny_lm, bank_tasks=5).bank)
+
+
+def test_branched_rehearsal(tiny_lm):
+    from rehearsal_gym.branching import BranchedRehearsalEnv
+
+    texts = ['{"weekday": "Monday"}'] * 10
+    env = BranchedRehearsalEnv(
+        "ToolCall-v0", model=scripted_lm(tiny_lm, texts), k=1, horizon=2, real_ratio=0.0
+    )
+    check_env(BranchedRehearsalEnv("ToolCall-v0", model=tiny_lm, max_result_tokens=8, bank_tasks=3))
+    env.reset(seed=0)
+    first = env.step('CALL weekday {"date": "2024-01-01"}')
+    assert not first[-1]["imagined"] and json.loads(first[0]) == {"weekday": "Monday"}  # real
+    second = env.step('CALL weekday {"date": "2024-01-02"}')
+    assert second[-1]["imagined"] and not second[3]  # imagined, within the horizon
+    third = env.step('CALL weekday {"date": "2024-01-03"}')
+    assert third[-1]["imagined"] and third[3]  # truncated after `horizon` imagined steps
+    real_only = BranchedRehearsalEnv("ToolCall-v0", model=tiny_lm, real_ratio=1.0, bank_tasks=3)
+    real_only.reset(seed=0)
+    assert all(not real_only.step('CALL add {"a": 1, "b": 1}')[-1]["imagined"] for _ in range(3))
