@@ -6,6 +6,7 @@ sequences train next-result prediction of *real* tool results (loss on the resul
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -104,12 +105,12 @@ _WORD_RE = re.compile(r"\b[A-Za-z]{3,}\b")  # words of tool results (statuses, w
 def copy_drills(
     lm: LM, demos: Sequence[Demo], n: int, rng: np.random.Generator
 ) -> list[tuple[list[int], list[int]]]:
-    """Short synthetic copy exercises: a list of ids, dates, numbers and emails to repeat.
+    """Short synthetic copy exercises: repeat a list of values, or look a field up in a JSON object.
 
-    Tool use is mostly copying values (an order id from the request into a call, a number or a
-    status from a result into the answer). A tiny model learns that skill (induction heads) far sooner from dense
-    short drills than from whole episodes; the items come from the demos' own text, plus fresh
-    random digit strings so that no particular value is memorised.
+    Tool use is mostly copying values (an order id from the request into a call, a status from a
+    result into the answer). A tiny model learns that skill (induction heads, key lookup) far
+    sooner from dense short drills than from whole episodes. Values and keys come from the demos'
+    own text, plus fresh random digit strings so that no particular value is memorised.
     """
     pool = sorted(
         {m for d in demos for _, text in d.transcript for m in _ENTITY_RE.findall(text)}
@@ -117,15 +118,36 @@ def copy_drills(
     )
     if not pool:
         return []
+    keys = sorted(
+        {k for d in demos for role, text in d.transcript if role == "env" for k in _result_keys(text)}
+    )
+
+    def item() -> str:
+        if rng.random() < 0.3:
+            return "".join(map(str, rng.integers(0, 10, size=int(rng.integers(2, 8)))))
+        return pool[int(rng.integers(len(pool)))]
+
     drills = []
-    for _ in range(n):
-        items = []
-        for _ in range(int(rng.integers(2, 7))):
-            if rng.random() < 0.3:
-                items.append("".join(map(str, rng.integers(0, 10, size=int(rng.integers(2, 8))))))
-            else:
-                items.append(pool[int(rng.integers(len(pool)))])
-        head = lm.turn("task", "Repeat: " + ", ".join(items)) + [lm.role_ids["agent"]]
-        tail = lm.encode(" ".join(items)) + [lm.end_id]
+    for i in range(n):
+        if i % 2 == 0 or len(keys) < 2:  # repeat a list of values
+            items = [item() for _ in range(int(rng.integers(2, 7)))]
+            head = lm.turn("task", "Repeat: " + ", ".join(items))
+            answer = " ".join(items)
+        else:  # look a field up in a JSON object shaped like the tools' results
+            chosen = [keys[int(k)] for k in rng.permutation(len(keys))[: int(rng.integers(2, 6))]]
+            obj = {k: item() for k in chosen}
+            key = chosen[int(rng.integers(len(chosen)))]
+            head = lm.turn("env", json.dumps(obj)) + lm.turn("task", f"Value of {key}?")
+            answer = obj[key]
+        head = head + [lm.role_ids["agent"]]
+        tail = lm.encode(answer) + [lm.end_id]
         drills.append((head + tail, [0] * len(head) + [1] * len(tail)))
     return drills
+
+
+def _result_keys(text: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return [k for k in value if k != "error"] if isinstance(value, dict) else []

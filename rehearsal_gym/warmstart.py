@@ -42,7 +42,8 @@ class WarmStartConfig:
     copy_drills: int = 20000  # short synthetic copy exercises (values from the demos)
     drill_steps: int = 800  # first steps train on copy drills only (forms the copying circuit)
     drill_batch_size: int = 32  # sequences per drill step (drills are short)
-    steps: int = 2000  # optimizer steps on episodes (after the drill steps)
+    drill_every: int = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
+    steps: int = 2400  # optimizer steps after the drill steps
     batch_size: int = 16  # sequences per step
     lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
     warmup: int = 60  # warmup steps
@@ -55,11 +56,11 @@ class WarmStartConfig:
             raise ValueError(
                 f"WarmStartConfig.env_role_fraction must be in [0, 1], got {self.env_role_fraction!r}"
             )
-        for name in ("copy_drills", "drill_steps"):
+        for name in ("copy_drills", "drill_steps", "drill_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
-        if self.drill_steps and self.copy_drills < len(self.envs):
-            raise ValueError("WarmStartConfig.copy_drills must be >= the number of envs when drill_steps > 0")
+        if (self.drill_steps or self.drill_every) and self.copy_drills < len(self.envs):
+            raise ValueError("WarmStartConfig.copy_drills must be >= the number of envs when drills are used")
         for name in ("tasks_per_env", "steps", "batch_size", "drill_batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(
@@ -158,7 +159,8 @@ def train_warm_start(
     losses, batches = [], []
     bar = tqdm(range(total), desc="warm start", disable=not progress, mininterval=2)
     for step in bar:
-        if step < config.drill_steps:  # phase 1: copy drills only
+        drill_step = step < config.drill_steps or (config.drill_every and step % config.drill_every == 0)
+        if drill_step:  # phase 1: copy drills only; phase 2: one drill batch every `drill_every` steps
             ids, attn, loss_mask = _batch(
                 drills, rng.integers(0, len(drills), config.drill_batch_size), lm.pad_id
             )

@@ -1,0 +1,114 @@
+"""Losses and advantage estimators of the token-level PPO agent, as pure functions of tensors.
+
+Every function takes an explicit mask (1 = a token this role generated; 0 = prompt, tool result,
+padding), so tool-result tokens can never leak into a policy loss or a logged metric.
+Shapes: (batch, tokens) unless stated.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `x` over positions where `mask` is 1 (0 when the mask is empty)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def token_gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the masked tokens of each sequence.
+
+    Unmasked positions (prompts, tool results) are passed through: the "next" value of a token is
+    the value of the next *masked* token, exactly as if the unmasked positions were cut out.
+    Returns (advantages, returns), both zero where the mask is 0.
+    """
+    mask = mask.to(torch.bool)
+    adv = torch.zeros_like(values)
+    last = values.new_zeros(values.shape[0])
+    next_value = values.new_zeros(values.shape[0])
+    for t in reversed(range(values.shape[1])):
+        m = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        new_last = delta + gamma * lam * last
+        last = torch.where(m, new_last, last)
+        next_value = torch.where(m, values[:, t], next_value)
+        adv[:, t] = torch.where(m, new_last, torch.zeros_like(new_last))
+    returns = torch.where(mask, adv + values, torch.zeros_like(values))
+    return adv, returns
+
+
+def group_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """GRPO-style baseline: each episode's reward minus the mean reward of its group.
+
+    `rewards` and `groups` have shape (episodes,); EnvACE uses one group per (prompt, role).
+    """
+    out = torch.empty_like(rewards)
+    for g in torch.unique(groups):
+        idx = groups == g
+        out[idx] = rewards[idx] - rewards[idx].mean()
+    return out
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate, token-mean over the mask. Returns (loss, clip fraction)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip).to(logp.dtype), mask)
+    return loss, clip_frac
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float | None = 0.2,
+) -> torch.Tensor:
+    """Squared error to the returns (half), optionally clipped around the old values as in PPO2."""
+    err = (values - returns) ** 2
+    if clip is not None:
+        clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        err = torch.maximum(err, (clipped - returns) ** 2)
+    return 0.5 * masked_mean(err, mask)
+
+
+def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Low-variance KL(policy || reference) estimator k3 = exp(r) - r - 1, r = ref_logp - logp."""
+    r = ref_logp - logp
+    return masked_mean(torch.exp(r) - r - 1.0, mask)
+
+
+def entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-mean entropy of the policy's next-token distributions; logits (B, T, V)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return masked_mean(-(logp.exp() * logp).sum(-1), mask)
+
+
+def opd_loss(
+    logp: torch.Tensor, logp_skill: torch.Tensor, mask: torch.Tensor, beta: float = 5.0
+) -> torch.Tensor:
+    """SEED on-policy distillation: ``g * (sg[logp_skill] - logp)``, g = sigmoid(beta * sg(logp_skill - logp)).
+
+    `logp_skill` is the same action scored with the skill hint in the observation (teacher, no
+    gradient); `logp` without it (student). Token-mean over the action tokens; weight it by
+    lambda_opd outside.
+    """
+    teacher = logp_skill.detach()
+    gate = torch.sigmoid(beta * (teacher - logp.detach()))
+    return masked_mean(gate * (teacher - logp), mask)
+
+
+def teacher_advantage(logp_skill: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """SEED's variant: ``sg(logp_skill - logp_old)`` added to the advantage (0 off the mask)."""
+    return torch.where(mask.to(torch.bool), (logp_skill - old_logp).detach(), torch.zeros_like(old_logp))

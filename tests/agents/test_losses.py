@@ -1,0 +1,113 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rehearsal_gym.agents.losses import (
+    entropy,
+    group_advantages,
+    kl_to_reference,
+    masked_mean,
+    opd_loss,
+    policy_loss,
+    teacher_advantage,
+    token_gae,
+    value_loss,
+)
+
+
+def test_gae_hand_computed():
+    # Tokens: [prompt, a1, a2, result, a3]; reward 1 at the last agent token.
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[9.0, 0.5, 0.6, 9.0, 0.8]])
+    mask = torch.tensor([[0, 1, 1, 0, 1]])
+    adv, ret = token_gae(rewards, values, mask, gamma=0.9, lam=0.5)
+    d3 = 1.0 - 0.8  # last agent token: no next value
+    d2 = 0.0 + 0.9 * 0.8 - 0.6  # next masked value skips the result token
+    d1 = 0.0 + 0.9 * 0.6 - 0.5
+    a3, a2 = d3, d2 + 0.45 * d3
+    a1 = d1 + 0.45 * a2
+    torch.testing.assert_close(adv, torch.tensor([[0.0, a1, a2, 0.0, a3]]))
+    torch.testing.assert_close(ret, torch.tensor([[0.0, a1 + 0.5, a2 + 0.6, 0.0, a3 + 0.8]]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-2, 2), st.floats(-2, 2), st.booleans()), min_size=1, max_size=12),
+    st.floats(0.5, 1.0),
+    st.floats(0.0, 1.0),
+)
+def test_gae_equals_gae_on_the_masked_tokens_alone(rows, gamma, lam):
+    r = torch.tensor([[x[0] for x in rows]], dtype=torch.float64)
+    v = torch.tensor([[x[1] for x in rows]], dtype=torch.float64)
+    m = torch.tensor([[x[2] for x in rows]])
+    adv, _ = token_gae(r, v, m, gamma, lam)
+    keep = m[0].bool()
+    compact, _ = token_gae(r[:, keep], v[:, keep], torch.ones(1, int(keep.sum())), gamma, lam)
+    torch.testing.assert_close(adv[:, keep], compact)
+    assert torch.all(adv[:, ~keep] == 0)
+
+
+def test_policy_loss_clips():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.0]]))
+    old = torch.zeros(1, 3)
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    loss, frac = policy_loss(logp, old, adv, mask, clip=0.2)
+    # token 1: ratio 1.5, A=1 -> min(1.5, 1.2) = 1.2 ; token 2: ratio 0.5, A=-1 -> max(-(-0.5), -(-0.8)) -> 0.8
+    assert loss.item() == pytest.approx((-1.2 + 0.8) / 2)
+    assert frac.item() == pytest.approx(1.0)
+
+
+def test_policy_loss_ignores_unmasked_tokens():
+    logp, old, adv = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5)
+    mask = torch.tensor([[1, 1, 0, 0, 1], [0, 1, 0, 1, 0]])
+    changed = logp.clone()
+    changed[mask == 0] += 10.0  # e.g. tool-result tokens scored differently
+    assert policy_loss(logp, old, adv, mask)[0] == pytest.approx(
+        policy_loss(changed, old, adv, mask)[0].item()
+    )
+
+
+def test_value_loss_and_kl_and_entropy():
+    v, old, ret = torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 0.0]])
+    mask = torch.ones(1, 2)
+    assert value_loss(v, old, ret, mask, clip=None).item() == pytest.approx(0.5 * (1 + 9) / 2)
+    assert value_loss(v, old, ret, mask, clip=0.5).item() == pytest.approx(
+        0.5 * (1 + 9) / 2
+    )  # max keeps unclipped
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    r = math.log(0.25) - math.log(0.5)
+    assert kl_to_reference(logp, ref, torch.ones(1, 1)).item() == pytest.approx(math.exp(r) - r - 1)
+    assert kl_to_reference(logp, logp, torch.ones(1, 1)).item() == 0.0
+    uniform = torch.zeros(1, 1, 4)
+    assert entropy(uniform, torch.ones(1, 1)).item() == pytest.approx(math.log(4))
+
+
+def test_group_advantages():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    torch.testing.assert_close(group_advantages(rewards, groups), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+
+
+def test_opd_gate_and_gradient():
+    logp = torch.tensor([[math.log(0.2), math.log(0.6)]], requires_grad=True)
+    skill = torch.tensor([[math.log(0.4), math.log(0.3)]])
+    mask = torch.tensor([[1, 1]])
+    loss = opd_loss(logp, skill, mask, beta=5.0)
+    g = [
+        1 / (1 + math.exp(-5 * (math.log(0.4) - math.log(0.2)))),
+        1 / (1 + math.exp(-5 * (math.log(0.3) - math.log(0.6)))),
+    ]
+    expected = (g[0] * (math.log(0.4) - math.log(0.2)) + g[1] * (math.log(0.3) - math.log(0.6))) / 2
+    assert loss.item() == pytest.approx(expected)
+    loss.backward()
+    # the gradient raises logp most where the skill-conditioned teacher is more confident
+    torch.testing.assert_close(logp.grad, torch.tensor([[-g[0] / 2, -g[1] / 2]]))
+    assert teacher_advantage(skill, torch.zeros(1, 2), torch.tensor([[1, 0]]))[0, 1] == 0
+
+
+def test_masked_mean_empty_mask():
+    assert masked_mean(torch.ones(3), torch.zeros(3)).item() == 0.0
