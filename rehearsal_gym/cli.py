@@ -40,18 +40,22 @@ def _warm_config(**overrides):
     return WarmStartConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
+def _model(args: argparse.Namespace):
+    """The model of --model (a local directory), else the cached warm start (trained if missing)."""
+    from .model import LM
+    from .warmstart import load_or_train
+
+    if getattr(args, "model", None):
+        return LM.load(args.model)
+    return load_or_train(_warm_config(steps=getattr(args, "steps", None)), progress=not args.quiet)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Oracle, random policy and the warm-started default model on each env's held-out tasks."""
-    import rehearsal_gym  # noqa: F401
-
     from .report import write_table
     from .rollout import evaluate, run_text_policy
 
-    lm = None
-    if not args.no_model:
-        from .warmstart import load_or_train
-
-        lm = load_or_train(_warm_config(steps=args.steps), progress=not args.quiet)
+    lm = None if args.no_model else _model(args)
     rows = []
     for env_id in args.envs:
         env = gym.make(env_id, split="test")
@@ -69,8 +73,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_warmstart(args: argparse.Namespace) -> int:
     """Train (or load the cached) warm start and report held-out success per family."""
-    import rehearsal_gym  # noqa: F401
-
     from .report import plot_curve, write_table
     from .rollout import evaluate
     from .warmstart import train_warm_start, warm_start_path
@@ -98,8 +100,6 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Held-out success of a local model directory as agent in the real envs."""
-    import rehearsal_gym  # noqa: F401
-
     from .model import LM
     from .rollout import evaluate
 
@@ -112,18 +112,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
     """Fidelity of imagined tool results and the rehearsal gap, per family (SelfSimEnv wrap mode)."""
-    import rehearsal_gym  # noqa: F401
-
     from .fidelity import measure_fidelity
-    from .model import LM
     from .report import write_table
 
-    if args.model:
-        lm = LM.load(args.model)
-    else:
-        from .warmstart import load_or_train
-
-        lm = load_or_train(_warm_config(), progress=not args.quiet)
+    lm = _model(args)
     rows = [measure_fidelity(lm, env_id, args.tasks) for env_id in args.envs]
     print("\nEnvironment-role fidelity on held-out tasks (rates; gap = rehearsal - real success)\n")
     print(write_table(rows, Path(args.out), "fidelity"))
@@ -133,18 +125,10 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
     """Held-out success with private rehearsal budgets N (rehearsed candidates per real action)."""
-    import rehearsal_gym  # noqa: F401
-
-    from .model import LM
     from .planner import RehearsalConfig, planner_success
     from .report import write_table
 
-    if args.model:
-        lm = LM.load(args.model)
-    else:
-        from .warmstart import load_or_train
-
-        lm = load_or_train(_warm_config(), progress=not args.quiet)
+    lm = _model(args)
     rows = []
     for env_id in args.envs:
         row: dict[str, object] = {"env": env_id, "tasks": args.tasks}

@@ -1,0 +1,285 @@
+"""Token-level PPO for a causal-LM policy, with EnvACE's two roles trained on one reward.
+
+The loop reads top to bottom (CleanRL style): collect episodes -> build per-role sequences with the
+exact sampled token ids -> advantages -> minibatch epochs of the clipped surrogate, KL to a frozen
+reference and entropy -> log -> atomic checkpoint. When the env is SelfSimEnv, the environment
+role's tokens (recorded in ``info["env_role"]``) are trained on the same episode reward with their
+own group baseline.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+from rehearsal_gym.model import LM
+from rehearsal_gym.rollout import Episode, run_episodes
+from rehearsal_gym.sampling import token_logprobs
+
+from .losses import group_advantages, kl_to_reference, policy_loss
+
+CHECKPOINT_SCHEMA = 1
+REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Token-level PPO with group baselines (one group per task and role, as EnvACE)."""
+
+    env: str = "ToolCall-v0"  # real env id whose train split gives the tasks
+    rehearse: str = "off"  # "off" = real env; else the SelfSimEnv mode ("replace", "wrap", "mixed")
+    iterations: int = 20  # collect/update rounds
+    tasks_per_iter: int = 8  # distinct train tasks per round
+    group_size: int = 4  # episodes per task (the group baseline averages over them)
+    epochs: int = 2  # passes over each round's sequences
+    minibatch_size: int = 8  # sequences per optimizer step
+    lr: float = 5e-5  # AdamW learning rate
+    clip: float = 0.2  # PPO ratio clip
+    kl_coef: float = 1e-3  # KL(policy || frozen reference) coefficient
+    ent_coef: float = 0.0  # entropy bonus
+    max_grad_norm: float = 1.0  # gradient clipping
+    temperature: float = 1.0  # sampling temperature of both roles
+    train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
+    max_turns: int = 6  # env turn limit
+    seed: int = 0  # task draw, sampling, minibatch order
+
+    def __post_init__(self) -> None:
+        if self.rehearse not in REHEARSE_MODES:
+            raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
+        for name in ("iterations", "tasks_per_iter", "group_size", "epochs", "minibatch_size", "max_turns"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"PPOConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        for name in ("lr", "clip", "temperature", "max_grad_norm"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"PPOConfig.{name} must be a positive finite number, got {value!r}")
+        for name in ("kl_coef", "ent_coef"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"PPOConfig.{name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass
+class RoleSequence:
+    """One role's tokens of one episode: ids exactly as sampled, mask of that role's tokens."""
+
+    ids: list[int]
+    mask: list[int]
+    old_logprobs: list[float]
+    reward: float
+    group: int  # task index * 2 + role (0 agent, 1 environment)
+    advantage: float = 0.0
+
+
+def role_sequences(episodes: list[Episode], groups: list[int], train_env_role: bool) -> list[RoleSequence]:
+    """Agent-role sequences and (for SelfSim episodes) environment-role sequences."""
+    out = []
+    for ep, g in zip(episodes, groups, strict=True):
+        out.append(RoleSequence(list(ep.ids), list(ep.agent_mask), list(ep.logprobs), ep.reward, 2 * g))
+        if not train_env_role:
+            continue
+        for info in ep.infos:
+            role = info.get("env_role")
+            if role and role["ids"]:
+                prompt, ids = role["prompt_ids"], role["ids"]
+                out.append(
+                    RoleSequence(
+                        prompt + ids,
+                        [0] * len(prompt) + [1] * len(ids),
+                        [0.0] * len(prompt) + role["logprobs"],
+                        ep.reward,
+                        2 * g + 1,
+                    )
+                )
+    return out
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Raised when a loss is NaN or infinite; the last checkpoint on disk stays the good one."""
+
+
+class PPOTrainer:
+    """Trains `lm` with token-level PPO on `config.env` (real or rehearsed)."""
+
+    def __init__(self, config: PPOConfig, lm: LM) -> None:
+        self.config, self.lm = config, lm
+        self.ref = copy.deepcopy(lm.model).eval()
+        for p in self.ref.parameters():
+            p.requires_grad_(False)
+        self.opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr)
+        self.rng = np.random.default_rng(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+        n = config.tasks_per_iter * config.group_size
+        self.envs = [self._make_env() for _ in range(n)]
+
+    def _make_env(self) -> gym.Env:
+        if self.config.rehearse == "off":
+            return gym.make(self.config.env, split="train", max_turns=self.config.max_turns)
+        from rehearsal_gym.selfsim import SelfSimEnv
+
+        if not hasattr(self, "_bank"):
+            from rehearsal_gym.demos import record_oracle_episodes, result_bank
+
+            self._bank = result_bank(record_oracle_episodes(self.config.env, range(40)))
+        return SelfSimEnv(
+            self.config.env,
+            model=self.lm,
+            mode=self.config.rehearse,
+            bank=self._bank,
+            temperature=self.config.temperature,
+            split="train",
+            max_turns=self.config.max_turns,
+        )
+
+    # -- rollout --------------------------------------------------------------------------------
+    def collect(self) -> tuple[list[Episode], list[int]]:
+        """`group_size` sampled episodes on each of `tasks_per_iter` random train tasks."""
+        tasks = self.rng.integers(0, 2**31 - 1, self.config.tasks_per_iter)
+        groups = [i for i in range(len(tasks)) for _ in range(self.config.group_size)]
+        options = [{"task_index": int(tasks[g])} for g in groups]
+        self.lm.model.eval()
+        episodes = run_episodes(
+            self.lm,
+            self.envs,
+            options,
+            greedy=False,
+            temperature=self.config.temperature,
+            generator=self.generator,
+            seed=int(self.rng.integers(2**31 - 1)),
+        )
+        return episodes, groups
+
+    # -- update ---------------------------------------------------------------------------------
+    def update(self, seqs: list[RoleSequence]) -> dict[str, float]:
+        """Minibatch epochs of clipped surrogate + KL - entropy over the sequences' masked tokens."""
+        rewards = torch.tensor([s.reward for s in seqs])
+        adv = group_advantages(rewards, torch.tensor([s.group for s in seqs]))
+        for s, a in zip(seqs, adv.tolist(), strict=True):
+            s.advantage = a
+        stats: dict[str, list[float]] = {"policy_loss": [], "approx_kl_ref": [], "clip_frac": []}
+        self.lm.model.train()
+        for _ in range(self.config.epochs):
+            order = self.rng.permutation(len(seqs))
+            for start in range(0, len(seqs), self.config.minibatch_size):
+                batch = [seqs[i] for i in order[start : start + self.config.minibatch_size]]
+                if not any(any(s.mask) for s in batch):
+                    continue
+                ids, attn, mask, old, advs = _pad(batch, self.lm.pad_id)
+                logits = self.lm.model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+                logp = token_logprobs(logits, ids[:, 1:], self.config.temperature)
+                with torch.no_grad():
+                    ref_logits = self.ref(input_ids=ids, attention_mask=attn).logits[:, :-1]
+                    ref_logp = token_logprobs(ref_logits, ids[:, 1:], self.config.temperature)
+                m = mask[:, 1:]
+                pl, clip_frac = policy_loss(
+                    logp, old[:, 1:], advs[:, None].expand_as(logp), m, self.config.clip
+                )
+                kl = kl_to_reference(logp, ref_logp, m)
+                loss = pl + self.config.kl_coef * kl
+                if self.config.ent_coef:
+                    from .losses import entropy
+
+                    loss = loss - self.config.ent_coef * entropy(logits, m)
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(
+                        f"PPO loss is {loss.item()} at iteration {self.iteration}; the last checkpoint is kept. "
+                        "Lower PPOConfig.lr or check the rewards."
+                    )
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.lm.model.parameters(), self.config.max_grad_norm)
+                self.opt.step()
+                stats["policy_loss"].append(pl.item())
+                stats["approx_kl_ref"].append(kl.item())
+                stats["clip_frac"].append(clip_frac.item())
+        self.lm.model.eval()
+        return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+
+    def train_iteration(self) -> dict[str, float]:
+        episodes, groups = self.collect()
+        seqs = role_sequences(episodes, groups, self.config.train_env_role and self.config.rehearse != "off")
+        stats = self.update(seqs)
+        self.iteration += 1
+        row = {
+            "iteration": self.iteration,
+            "charts/success": float(np.mean([ep.success for ep in episodes])),
+            "charts/reward": float(np.mean([ep.reward for ep in episodes])),
+            "charts/context_overflow": float(np.mean([ep.context_overflow for ep in episodes])),
+            "charts/env_role_sequences": float(sum(s.group % 2 for s in seqs)),
+            **{f"losses/{k}": v for k, v in stats.items()},
+        }
+        self.history.append(row)
+        return row
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Weights (safetensors), optimizer state, RNG states and history, written atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.lm.save(tmp / "model")
+            save_model(self.ref, str(tmp / "reference.safetensors"))
+            torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
+            state = {
+                "schema": CHECKPOINT_SCHEMA,
+                "config": asdict(self.config),
+                "iteration": self.iteration,
+                "numpy_rng": self.rng.bit_generator.state,
+                "torch_generator": self.generator.get_state().tolist(),
+                "history": self.history,
+            }
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            old = path.with_name(f".{path.name}.old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> PPOTrainer:
+        """Resume exactly: the next iteration gives the same result as without the interruption."""
+        path = Path(path)
+        state = json.loads((path / "trainer_state.json").read_text())
+        if state.get("schema") != CHECKPOINT_SCHEMA:
+            raise ValueError(f"checkpoint schema {state.get('schema')} is not {CHECKPOINT_SCHEMA}")
+        trainer = cls(PPOConfig(**state["config"]), LM.load(path / "model"))
+        load_model(trainer.ref, str(path / "reference.safetensors"))
+        trainer.opt.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        trainer.iteration = state["iteration"]
+        trainer.rng.bit_generator.state = state["numpy_rng"]
+        trainer.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
+        trainer.history = state["history"]
+        return trainer
+
+
+def _pad(batch: list[RoleSequence], pad_id: int):
+    width = max(len(s.ids) for s in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    old = torch.zeros((len(batch), width))
+    for i, s in enumerate(batch):
+        n = len(s.ids)
+        ids[i, :n] = torch.as_tensor(s.ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.as_tensor(s.mask)
+        old[i, :n] = torch.as_tensor(s.old_logprobs)
+    advs = torch.tensor([s.advantage for s in batch])
+    return ids, attn, mask, old, advs

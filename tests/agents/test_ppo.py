@@ -1,0 +1,113 @@
+import copy
+
+import pytest
+import torch
+from rehearsal_gym.agents.ppo import NonFiniteLossError, PPOConfig, PPOTrainer, RoleSequence, role_sequences
+
+import rehearsal_gym.rollout as rollout
+from rehearsal_gym.model import LM
+
+TINY = dict(iterations=2, tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
+
+
+def fresh(tiny_lm):
+    return LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
+
+
+def test_loss_uses_exactly_the_sampled_ids(tiny_lm, monkeypatch):
+    sampled = []
+    real_sample = rollout.sample
+
+    def recording_sample(*args, **kwargs):
+        out = real_sample(*args, **kwargs)
+        sampled.append(out.tokens)
+        return out
+
+    monkeypatch.setattr(rollout, "sample", recording_sample)
+    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    episodes, groups = trainer.collect()
+    seqs = role_sequences(episodes, groups, train_env_role=False)
+    rows = {tuple(t) for round_tokens in sampled for t in round_tokens}
+    for seq in seqs:
+        runs, current = [], []
+        for token, m in zip(seq.ids, seq.mask, strict=True):
+            if m:
+                current.append(token)
+            elif current:
+                runs.append(tuple(current))
+                current = []
+        runs += [tuple(current)] if current else []
+        assert runs and all(run in rows for run in runs)  # each agent turn is one sampled row, unchanged
+
+
+def test_update_changes_parameters_and_moves_toward_reward(tiny_lm):
+    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
+    good = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
+    bad = ids + tiny_lm.encode("ANSWER 3") + [tiny_lm.end_id]
+
+    def seq(full, reward):
+        mask = [0] * len(ids) + [1] * (len(full) - len(ids))
+        with torch.no_grad():
+            lp = torch.log_softmax(trainer.lm.model(input_ids=torch.tensor([full])).logits[0, :-1], -1)
+            old = [0.0] + lp.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1).tolist()
+        return RoleSequence(full, mask, old, reward, group=0)
+
+    def logp(full):
+        with torch.no_grad():
+            lp = torch.log_softmax(trainer.lm.model(input_ids=torch.tensor([full])).logits[0, :-1], -1)
+            return lp.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1)[len(ids) - 1 :].sum().item()
+
+    before = [p.detach().clone() for p in trainer.lm.model.parameters()]
+    gap_before = logp(good) - logp(bad)
+    for _ in range(5):
+        trainer.update([seq(good, 1.0), seq(bad, 0.0)])
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.lm.model.parameters(), strict=True))
+    assert logp(good) - logp(bad) > gap_before
+
+
+def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path):
+    a = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    a.train_iteration()
+    a.save(tmp_path / "ckpt")
+    row_a = a.train_iteration()
+    b = PPOTrainer.load(tmp_path / "ckpt")
+    row_b = b.train_iteration()
+    assert row_a == row_b
+    for pa, pb in zip(a.lm.model.parameters(), b.lm.model.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb)
+
+
+def test_nan_guard_keeps_last_checkpoint(tiny_lm, tmp_path):
+    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    trainer.save(tmp_path / "ckpt")
+    stamp = (tmp_path / "ckpt" / "trainer_state.json").read_text()
+    ids = tiny_lm.turn("task", "x") + [tiny_lm.role_ids["agent"], 5, tiny_lm.end_id]
+    bad = [
+        RoleSequence(ids, [0] * (len(ids) - 2) + [1, 1], [float("nan")] * len(ids), r, 0) for r in (0.0, 1.0)
+    ]
+    with pytest.raises(NonFiniteLossError, match="last checkpoint is kept"):
+        trainer.update(bad)
+    assert (tmp_path / "ckpt" / "trainer_state.json").read_text() == stamp
+
+
+def test_rehearsed_training_trains_the_environment_role(tiny_lm):
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "rehearse": "replace"}), fresh(tiny_lm))
+    row = trainer.train_iteration()
+    assert row["charts/env_role_sequences"] >= 0
+    for env in trainer.envs:
+        assert env.mode == "replace"
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"rehearse": "dream"}, "rehearse"),
+        ({"lr": 0}, "lr"),
+        ({"group_size": 0}, "group_size"),
+        ({"kl_coef": float("nan")}, "kl_coef"),
+    ],
+)
+def test_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        PPOConfig(**kwargs)
