@@ -1,4 +1,4 @@
-"""Command line: ``rehearsal-gym demo | warmstart | eval | fidelity | rehearse``."""
+"""Command line: ``rehearsal-gym demo | warmstart | eval | fidelity | rehearse | train``."""
 
 from __future__ import annotations
 
@@ -143,6 +143,32 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """PPO on the warm-started default (or --model), real or rehearsed; held-out success before/after."""
+    from .agents.ppo import PPOConfig
+    from .agents.train import train
+
+    config = PPOConfig(
+        env=args.env,
+        rehearse=args.rehearse,
+        iterations=args.iterations,
+        seed=args.seed,
+        lr=args.lr,
+        tasks_per_iter=args.tasks_per_iter,
+        group_size=args.group_size,
+    )
+    result = train(
+        config,
+        _model(args),
+        args.out,
+        eval_tasks=args.eval_tasks,
+        resume=args.resume,
+        progress=not args.quiet,
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rehearsal-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -185,12 +211,34 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("--out", default="runs/rehearsal")
     re_.add_argument("--quiet", action="store_true")
     re_.set_defaults(func=cmd_rehearse)
+    tr = sub.add_parser("train", help=cmd_train.__doc__)
+    tr.add_argument("--env", default="ToolCall-v0", choices=REAL_ENV_IDS)
+    tr.add_argument("--rehearse", default="off", choices=["off", "replace", "wrap", "mixed"])
+    tr.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
+    tr.add_argument("--iterations", type=int, default=20)
+    tr.add_argument("--tasks-per-iter", type=int, default=8)
+    tr.add_argument("--group-size", type=int, default=4)
+    tr.add_argument("--lr", type=float, default=5e-5)
+    tr.add_argument("--eval-tasks", type=int, default=100)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    tr.add_argument("--out", default="runs/train")
+    tr.add_argument("--quiet", action="store_true")
+    tr.set_defaults(func=cmd_train)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("tasks", "eval_tasks", "steps", "tasks_per_env"):
+    for name in (
+        "tasks",
+        "eval_tasks",
+        "steps",
+        "tasks_per_env",
+        "iterations",
+        "tasks_per_iter",
+        "group_size",
+    ):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)

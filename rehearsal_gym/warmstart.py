@@ -40,7 +40,7 @@ class WarmStartConfig:
     tasks_per_env: int = 1500  # oracle episodes per env
     env_role_fraction: float = 0.5  # share of episodes that also give one environment-role example
     copy_drills: int = 20000  # short synthetic copy exercises (values from the demos)
-    drill_steps: int = 800  # first steps train on copy drills only (forms the copying circuit)
+    drill_steps: int = 1500  # first steps train on copy drills only (forms the copying circuit)
     drill_batch_size: int = 32  # sequences per drill step (drills are short)
     drill_every: int = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
     steps: int = 2400  # optimizer steps after the drill steps

@@ -30,3 +30,36 @@ def test_cli_rejects_bad_numbers():
         [sys.executable, "-m", "rehearsal_gym.cli", "demo", "--tasks", "0"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "--tasks must be >= 1" in out.stderr
+
+
+def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):
+    tiny_lm.save(tmp_path / "model")
+    cmd = [
+        sys.executable,
+        "-m",
+        "rehearsal_gym.cli",
+        "train",
+        "--model",
+        str(tmp_path / "model"),
+        "--env",
+        "ToolCall-v0",
+        "--iterations",
+        "1",
+        "--tasks-per-iter",
+        "1",
+        "--group-size",
+        "2",
+        "--eval-tasks",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert '"after"' in out.stdout
+    for name in ("progress.csv", "learning_curve.png", "result.json", "checkpoint/trainer_state.json"):
+        assert (tmp_path / "run" / name).is_file(), name
+    cmd[cmd.index("--iterations") + 1] = "2"
+    out = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "resumed from" in out.stdout, out.stderr[-2000:]

@@ -1,0 +1,102 @@
+"""The training job: evaluate, train with PPO (real or rehearsed), evaluate again, write results.
+
+Writes to `out`: checkpoint/ (atomic, resumable), progress.csv, learning_curve.png, TensorBoard
+scalars under tb/, and result.json with held-out success before and after.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from rehearsal_gym.model import LM
+from rehearsal_gym.report import plot_curve
+from rehearsal_gym.rollout import evaluate
+
+from .ppo import PPOConfig, PPOTrainer
+
+
+def train(
+    config: PPOConfig,
+    lm: LM,
+    out: str | Path,
+    *,
+    eval_tasks: int = 100,
+    resume: bool = False,
+    progress: bool = True,
+    log=print,
+) -> dict[str, Any]:
+    """Run PPO for `config.iterations` rounds; held-out success (real env) before and after."""
+    out = Path(out)
+    ckpt = out / "checkpoint"
+    if resume and (ckpt / "trainer_state.json").is_file():
+        trainer = PPOTrainer.load(ckpt)
+        log(f"resumed from {ckpt} at iteration {trainer.iteration}")
+        before = json.loads((out / "before.json").read_text())
+    else:
+        trainer = PPOTrainer(config, lm)
+        before = evaluate(trainer.lm, config.env, eval_tasks)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "before.json").write_text(json.dumps(before))
+    log(f"{config.env}: held-out success before PPO {before['success']:.1%} ({before['n']} tasks)")
+    writer = _tensorboard(out / "tb")
+    bar = tqdm(
+        range(trainer.iteration, config.iterations),
+        desc=f"ppo {config.env} rehearse={config.rehearse}",
+        disable=not progress,
+        initial=trainer.iteration,
+        total=config.iterations,
+    )
+    for _ in bar:
+        row = trainer.train_iteration()
+        trainer.save(ckpt)  # atomic: a kill leaves the previous complete checkpoint
+        bar.set_postfix(success=f"{row['charts/success']:.2f}", kl=f"{row['losses/approx_kl_ref']:.4f}")
+        if writer is not None:
+            for key, value in row.items():
+                if key != "iteration":
+                    writer.add_scalar(key, value, row["iteration"])
+    if writer is not None:
+        writer.close()
+    after = evaluate(trainer.lm, config.env, eval_tasks)
+    log(f"{config.env}: held-out success after PPO {after['success']:.1%} ({after['n']} tasks)")
+    _write_progress(trainer.history, out)
+    result = {
+        "env": config.env,
+        "rehearse": config.rehearse,
+        "before": before["success"],
+        "after": after["success"],
+        "tasks": after["n"],
+        "iterations": trainer.iteration,
+        "seed": config.seed,
+    }
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    trainer.lm.save(out / "final_model")
+    return result
+
+
+def _write_progress(history: list[dict[str, float]], out: Path) -> None:
+    if not history:
+        return
+    with open(out / "progress.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(history[0]))
+        writer.writeheader()
+        writer.writerows(history)
+    plot_curve(
+        [h["charts/success"] for h in history],
+        out / "learning_curve.png",
+        "PPO: success of sampled train episodes",
+        "success",
+        smooth=5,
+    )
+
+
+def _tensorboard(path: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(str(path))
