@@ -205,6 +205,14 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _type_ok(value: Any, kind: str) -> bool:
     actual = _json_type(value)
     if kind == "number":
@@ -230,6 +238,8 @@ def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str
     if "enum" in schema and value not in schema["enum"]:
         options = ", ".join(json.dumps(v) for v in schema["enum"])
         return f"{where} must be one of {options}, got {quote(json.dumps(value), 30)}"
+    if isinstance(value, str) and not _utf8_ok(value):
+        return f"{where} contains invalid unicode (a lone surrogate)"
     if isinstance(value, str) and len(value) > schema.get("maxLength", MAX_TURN_CHARS):
         return f"{where} is {len(value)} characters; at most {schema['maxLength']} allowed"
     if _json_type(value) in ("integer", "number"):
@@ -243,6 +253,8 @@ def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str
             if req not in value:
                 return f"{where} {req!r} missing"
         for key, item in value.items():
+            if not _utf8_ok(key):
+                return f"{where} name contains invalid unicode (a lone surrogate)"
             if key in props:
                 error = validate(item, props[key], where=f"{where} {key!r}")
                 if error:

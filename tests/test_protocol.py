@@ -68,6 +68,7 @@ def test_call_and_answer():
         ("CALL anything " + "[" * 5000 + "]" * 5000, "characters; the limit is"),
         ("CALL anything {" + '"a":{' * 40 + "}" * 41, "nested deeper than"),
         ("x" * (MAX_TURN_CHARS + 1), f"the limit is {MAX_TURN_CHARS}"),
+        ('CALL get_order {"order_id": "\\u202e\\ud800"}', "invalid unicode"),
     ],
 )
 def test_errors_are_precise(text, message):

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -99,8 +100,17 @@ def test_config_key_changes_with_config():
 
 def test_copy_drills_repeat_their_items(tiny_lm):
     demos = record_oracle_episodes("Retail-v0", range(5))
+    kinds = set()
     for ids, mask in copy_drills(tiny_lm, demos, 20, np.random.default_rng(0)):
         text = tiny_lm.tokenizer.decode(ids, skip_special_tokens=True)
-        items = text.split("Repeat: ", 1)[1]
         target = tiny_lm.decode([i for i, m in zip(ids, mask, strict=True) if m])
-        assert items.startswith(target.replace(" ", ", ")) and target
+        assert target
+        if "Repeat: " in text:
+            kinds.add("repeat")
+            assert text.split("Repeat: ", 1)[1].startswith(target.replace(" ", ", "))
+        else:
+            kinds.add("lookup")
+            obj = json.loads(text.split("Value of")[0])
+            key = text.split("Value of ", 1)[1].split("?")[0]
+            assert obj[key] == target
+    assert kinds == {"repeat", "lookup"}
