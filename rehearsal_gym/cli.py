@@ -83,7 +83,8 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
     lm, losses = train_warm_start(config, progress=not args.quiet)
     lm.save(warm_start_path(config))
     train_s = time.time() - t0
-    plot_curve(losses, out / "warmstart_loss.png", "warm start (both roles)", "masked NLL")
+    title = f"warm start: copy drills to step {config.drill_steps}, then episodes of both roles"
+    plot_curve(losses, out / "warmstart_loss.png", title, "masked NLL")
     rows = []
     for env_id in REAL_ENV_IDS:
         result = evaluate(lm, env_id, args.eval_tasks)
@@ -218,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--iterations", type=int, default=20)
     tr.add_argument("--tasks-per-iter", type=int, default=8)
     tr.add_argument("--group-size", type=int, default=4)
-    tr.add_argument("--lr", type=float, default=5e-5)
+    tr.add_argument("--lr", type=float, default=2e-5)
+    tr.add_argument("--kl-coef", type=float, default=0.01)
     tr.add_argument("--eval-tasks", type=int, default=100)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")

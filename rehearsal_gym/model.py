@@ -8,6 +8,7 @@ text is never re-tokenized for training.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -16,8 +17,21 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from .tokenizer import END, PAD, ROLE_TOKENS, missing_special_tokens
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """No per-file progress bars from transformers while saving or loading small models."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True)
@@ -85,8 +99,9 @@ class LM:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        with _quiet_progress():
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         return cls(model.eval(), tokenizer)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -95,8 +110,9 @@ class LM:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
-            self.model.save_pretrained(tmp, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp)
+            with _quiet_progress():
+                self.model.save_pretrained(tmp, safe_serialization=True)
+                self.tokenizer.save_pretrained(tmp)
             old = path.with_name(f".{path.name}.old")
             if path.exists():
                 shutil.rmtree(old, ignore_errors=True)
