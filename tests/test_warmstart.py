@@ -114,3 +114,14 @@ def test_copy_drills_repeat_their_items(tiny_lm):
             key = text.split("Value of ", 1)[1].split("?")[0]
             assert obj[key] == target
     assert kinds == {"repeat", "lookup"}
+
+
+@pytest.mark.slow
+def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
+    """Opt in with -m slow (about 15 minutes on 2 CPU cores)."""
+    from rehearsal_gym.rollout import evaluate
+
+    monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
+    lm, _ = train_warm_start(WarmStartConfig(), progress=False, log=lambda s: None)
+    assert evaluate(lm, "ToolCall-v0", 100)["success"] > 0.5
+    assert evaluate(lm, "Finance-v0", 100)["success"] >= 0.4
