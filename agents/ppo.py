@@ -13,8 +13,6 @@ import copy
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
+from rehearsal_gym.atomic import atomic_directory
 from rehearsal_gym.model import LM
 from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
@@ -227,10 +226,7 @@ class PPOTrainer:
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         """Weights (safetensors), optimizer state, RNG states and history, written atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with atomic_directory(path) as tmp:
             self.lm.save(tmp / "model")
             save_model(self.ref, str(tmp / "reference.safetensors"))
             torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
@@ -243,14 +239,6 @@ class PPOTrainer:
                 "history": self.history,
             }
             (tmp / "trainer_state.json").write_text(json.dumps(state))
-            old = path.with_name(f".{path.name}.old")
-            if path.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PPOTrainer:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from .atomic import atomic_directory
+
 TOKENIZER_VERSION = "2"
 """Bump when the corpus or tokenizer settings change; cached tokenizers are keyed by it."""
 REAL_ENV_IDS = ("ToolCall-v0", "Retail-v0", "Finance-v0")
@@ -30,9 +32,8 @@ def default_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
         return AutoTokenizer.from_pretrained(path)
     demos = [d for env_id in REAL_ENV_IDS for d in record_oracle_episodes(env_id, range(tasks_per_env))]
     tokenizer = train_tokenizer(corpus_texts(demos), vocab_size=vocab_size)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tokenizer.save_pretrained(tmp)
-    os.replace(tmp, path) if not path.exists() else None
+    with atomic_directory(path) as tmp:
+        tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(path)
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
+from .atomic import atomic_directory
 from .tokenizer import END, PAD, ROLE_TOKENS, missing_special_tokens
 
 
@@ -106,21 +105,9 @@ class LM:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write weights (safetensors), config and tokenizer atomically: all or nothing."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
-            with _quiet_progress():
-                self.model.save_pretrained(tmp, safe_serialization=True)
-                self.tokenizer.save_pretrained(tmp)
-            old = path.with_name(f".{path.name}.old")
-            if path.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_directory(path) as tmp, _quiet_progress():
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of untrusted text; role-token strings in it stay plain text."""
