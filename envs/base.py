@@ -213,6 +213,8 @@ class ToolEnv(gym.Env[str, str]):
     ## Arguments
     split: "train" or "test" (disjoint task sets). max_turns: turn limit.
     malformed: "error" | "penalty" | "terminate". penalty: cost of a malformed turn.
+    hints: put the oracle's hint (workflow and rule) in the reset info as ``info["hint"]``, a
+    standard channel for distillation from privileged information.
     Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``.
 
     ## Info
@@ -230,6 +232,7 @@ class ToolEnv(gym.Env[str, str]):
         malformed: str = "error",
         penalty: float = 0.1,
         render_mode: str | None = None,
+        hints: bool = False,
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -242,7 +245,7 @@ class ToolEnv(gym.Env[str, str]):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.split, self.max_turns, self.malformed, self.penalty = split, max_turns, malformed, penalty
-        self.render_mode = render_mode
+        self.render_mode, self.hints = render_mode, bool(hints)
         self.observation_space = spaces.Text(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(MAX_TURN_CHARS, min_length=0, charset=CHARSET)
         self.task: Task | None = None
@@ -279,6 +282,8 @@ class ToolEnv(gym.Env[str, str]):
         prompt = to_observation(self.family.prompt(task))
         self.transcript = [("task", prompt)]
         info = {"task_id": task.task_id, "template": task.template, "turn": 0, "malformed_count": 0}
+        if self.hints:
+            info["hint"] = self.hint()
         return prompt, info
 
     def step(self, action: str):
@@ -340,6 +345,11 @@ class ToolEnv(gym.Env[str, str]):
         """The task verifier: goal state reached and the answer passes the task's check."""
         state_ok = self.family.state_matches(self.final_state(), self._expected_state)
         return state_ok and self.family.check_answer(self.task, answer, self._expected_answer)
+
+    def hint(self) -> str:
+        """The oracle's hint for the current task: its workflow and the task's rule (skill-shaped)."""
+        steps = " -> ".join(_head(t) for t in self.oracle_turns())
+        return f"Workflow: {steps}." + (f" Rule: {self.task.rule}" if self.task.rule else "")
 
     def oracle_turns(self) -> list[str]:
         """The oracle's turns for the current task (for behaviour cloning and hints)."""

@@ -222,3 +222,13 @@ def test_explainer(env_id):
     bad_infos = [env.step("ANSWER 0")[-1]]
     bad = explain(task, turns, ["ANSWER 0"], bad_infos)
     assert "needed" in bad or "wrong outcome" in bad
+
+
+def test_oracle_hint_channel():
+    env = gym.make("Retail-v0", hints=True)
+    _, info = env.reset(options={"task_index": 0})
+    assert info["hint"].startswith("Workflow: get_order") or info["hint"].startswith(
+        "Workflow: find_customer"
+    )
+    assert "Rule:" in info["hint"]
+    assert "hint" not in gym.make("Retail-v0").reset(options={"task_index": 0})[1]
