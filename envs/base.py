@@ -15,6 +15,7 @@ import string
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -218,8 +219,11 @@ class ToolEnv(gym.Env[str, str]):
     Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``.
 
     ## Info
-    task_id, template, turn, call (dict or None), result (dict or None), error (malformed turn),
-    malformed_count; at episode end success and expected_answer.
+    task_id, template, turn, malformed_count; call and result when a tool ran; error after a
+    malformed turn; at episode end success and expected_answer. call and result are read-only
+    mappings (``dict(info["result"])`` copies one): not being dicts, Gymnasium's vector envs keep
+    them whole instead of splitting their fields into typed arrays, which fails when two
+    sub-envs' results hold different types under one key.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -294,7 +298,7 @@ class ToolEnv(gym.Env[str, str]):
         text = action if isinstance(action, str) else repr(action)
         self.transcript.append(("agent", to_observation(text[:MAX_TURN_CHARS])))
         info: dict[str, Any] = {"task_id": self.task.task_id, "template": self.task.template}
-        info.update(turn=self.turn, call=None, result=None)
+        info["turn"] = self.turn  # "call" and "result" only when present: vector envs need stable types
         reward, terminated = 0.0, False
         parsed = parse_turn(action, self.tools)
         if isinstance(parsed, ParseError):
@@ -306,13 +310,13 @@ class ToolEnv(gym.Env[str, str]):
             terminated = self.malformed == "terminate"
         elif isinstance(parsed, ToolCall):
             self.calls.append(parsed)
-            info["call"] = parsed.to_dict()
+            info["call"] = MappingProxyType(parsed.to_dict())
             result = self.run_tool(parsed, info)
             if result is None:  # no usable result (a simulated tool wrote garbage): the episode fails
                 terminated = True
                 obs = f"error: {info['error']}"
             else:
-                info["result"] = result
+                info["result"] = MappingProxyType(result)
                 obs = result_text(result)
         else:
             success = self.verify(parsed.text)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import warnings
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -205,7 +206,7 @@ class SelfSimEnv(ToolEnv):
         if self.mode == "wrap":
             real = execute(self.backend, call)
             self.bank.add(call, result_text(real))
-            info["real_result"] = real
+            info["real_result"] = MappingProxyType(real)
             if imagined is not None:
                 info["fidelity"] = fidelity(imagined, real)
         return imagined

@@ -118,3 +118,20 @@ def test_vector_episodes_never_share_rows():
             assert rewards.tolist() == [1.0] * n
     connections = {id(s.backend.conn) for s in subs}
     assert len(connections) == n
+
+
+@pytest.mark.parametrize("env_id", list(ENV_IDS))
+def test_vector_env_with_mixed_results_never_raises(env_id):
+    """Sub-envs whose results hold different types under one key (a number here, a string there)."""
+    import numpy as np
+
+    from rehearsal_gym.rollout import random_turn
+
+    envs = gym.make_vec(env_id, num_envs=4, vectorization_mode="sync", max_turns=3)
+    tools = envs.envs[0].unwrapped.tools
+    rng = np.random.default_rng(0)
+    envs.reset(seed=0)
+    for _ in range(60):
+        _, _, _, _, info = envs.step(tuple(random_turn(tools, rng) for _ in range(4)))
+    assert "turn" in info
+    envs.close()
