@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .defaults import REAL_ENV_IDS, cache_dir, default_tokenizer
+from .defaults import REAL_ENV_IDS, TOKENIZER_VERSION, cache_dir, default_tokenizer
 from .demos import (
     agent_sequence,
     copy_drills,
@@ -72,8 +72,8 @@ class WarmStartConfig:
             raise ValueError("WarmStartConfig.envs must name at least one env")
 
     def key(self) -> str:
-        """Short hash naming the cached checkpoint of this config."""
-        blob = json.dumps(asdict(self), sort_keys=True, default=str)
+        """Short hash naming the cached checkpoint of this config (and tokenizer version)."""
+        blob = json.dumps([asdict(self), TOKENIZER_VERSION], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
