@@ -26,10 +26,11 @@ from rehearsal_gym.model import LM
 from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
 
-from .losses import group_advantages, kl_to_reference, policy_loss
+from .losses import entropy, group_advantages, kl_to_reference, policy_loss, token_gae, value_loss
 
 CHECKPOINT_SCHEMA = 1
 REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
+ADVANTAGES = ("group", "gae")
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,16 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping
     temperature: float = 1.0  # sampling temperature of both roles
     train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
+    advantage: str = "group"  # "group" (GRPO-style baseline per task and role) or "gae" (value head)
+    gamma: float = 1.0  # GAE discount over a role's tokens
+    lam: float = 0.95  # GAE lambda
+    vf_coef: float = 0.5  # value loss weight (gae only)
     max_turns: int = 6  # env turn limit
     seed: int = 0  # task draw, sampling, minibatch order
 
     def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"PPOConfig.advantage must be one of {ADVANTAGES}, got {self.advantage!r}")
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
         for name in ("iterations", "tasks_per_iter", "group_size", "epochs", "minibatch_size", "max_turns"):
@@ -78,7 +85,10 @@ class RoleSequence:
     old_logprobs: list[float]
     reward: float
     group: int  # task index * 2 + role (0 agent, 1 environment)
-    advantage: float = 0.0
+    advantage: float = 0.0  # group mode: one advantage for all the role's tokens
+    token_advantages: list[float] | None = None  # gae mode: per target token (len(ids) - 1)
+    returns: list[float] | None = None
+    old_values: list[float] | None = None
 
 
 def role_sequences(episodes: list[Episode], groups: list[int], train_env_role: bool) -> list[RoleSequence]:
@@ -104,6 +114,19 @@ def role_sequences(episodes: list[Episode], groups: list[int], train_env_role: b
     return out
 
 
+class ValueHead(torch.nn.Module):
+    """Scalar value of each position from the LM's last hidden state (zero-initialised)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.linear.weight)
+        torch.nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(hidden.float()).squeeze(-1)
+
+
 class NonFiniteLossError(FloatingPointError):
     """Raised when a loss is NaN or infinite; the last checkpoint on disk stays the good one."""
 
@@ -116,7 +139,8 @@ class PPOTrainer:
         self.ref = copy.deepcopy(lm.model).eval()
         for p in self.ref.parameters():
             p.requires_grad_(False)
-        self.opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr)
+        self.value_head = ValueHead(lm.model.config.hidden_size)
+        self.opt = torch.optim.AdamW([*lm.model.parameters(), *self.value_head.parameters()], lr=config.lr)
         self.rng = np.random.default_rng(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0
@@ -162,13 +186,46 @@ class PPOTrainer:
         return episodes, groups
 
     # -- update ---------------------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits predicting each next token and the value at the same positions."""
+        out = self.lm.model(input_ids=ids, attention_mask=attn, output_hidden_states=True)
+        return out.logits[:, :-1], self.value_head(out.hidden_states[-1][:, :-1])
+
+    def advantages(self, seqs: list[RoleSequence]) -> None:
+        """Fill each sequence's per-target advantages (and returns and old values for GAE)."""
+        if self.config.advantage == "group":
+            adv = group_advantages(
+                torch.tensor([s.reward for s in seqs]), torch.tensor([s.group for s in seqs])
+            )
+            for s, a in zip(seqs, adv.tolist(), strict=True):
+                s.advantage = a
+            return
+        with torch.no_grad():  # GAE: reward at the role's last token, values from the value head
+            for s in seqs:
+                ids = torch.tensor([s.ids])
+                _, values = self._forward(ids, torch.ones_like(ids))
+                mask = torch.tensor([s.mask[1:]])
+                rewards = torch.zeros_like(values)
+                targets = mask[0].nonzero()
+                if len(targets):
+                    rewards[0, targets[-1, 0]] = s.reward
+                adv, ret = token_gae(rewards, values, mask, self.config.gamma, self.config.lam)
+                s.token_advantages, s.returns, s.old_values = (
+                    adv[0].tolist(),
+                    ret[0].tolist(),
+                    values[0].tolist(),
+                )
+
     def update(self, seqs: list[RoleSequence]) -> dict[str, float]:
-        """Minibatch epochs of clipped surrogate + KL - entropy over the sequences' masked tokens."""
-        rewards = torch.tensor([s.reward for s in seqs])
-        adv = group_advantages(rewards, torch.tensor([s.group for s in seqs]))
-        for s, a in zip(seqs, adv.tolist(), strict=True):
-            s.advantage = a
-        stats: dict[str, list[float]] = {"policy_loss": [], "approx_kl_ref": [], "clip_frac": []}
+        """Minibatch epochs of clipped surrogate + KL (- entropy, + value loss) over the role tokens."""
+        self.advantages(seqs)
+        gae = self.config.advantage == "gae"
+        stats: dict[str, list[float]] = {
+            "policy_loss": [],
+            "approx_kl_ref": [],
+            "clip_frac": [],
+            "value_loss": [],
+        }
         self.lm.model.train()
         for _ in range(self.config.epochs):
             order = self.rng.permutation(len(seqs))
@@ -177,20 +234,30 @@ class PPOTrainer:
                 if not any(any(s.mask) for s in batch):
                     continue
                 ids, attn, mask, old, advs = _pad(batch, self.lm.pad_id)
-                logits = self.lm.model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+                logits, values = self._forward(ids, attn)
                 logp = token_logprobs(logits, ids[:, 1:], self.config.temperature)
                 with torch.no_grad():
                     ref_logits = self.ref(input_ids=ids, attention_mask=attn).logits[:, :-1]
                     ref_logp = token_logprobs(ref_logits, ids[:, 1:], self.config.temperature)
                 m = mask[:, 1:]
-                pl, clip_frac = policy_loss(
-                    logp, old[:, 1:], advs[:, None].expand_as(logp), m, self.config.clip
+                token_adv = (
+                    _pad_targets(batch, "token_advantages", logp.shape)
+                    if gae
+                    else advs[:, None].expand_as(logp)
                 )
+                pl, clip_frac = policy_loss(logp, old[:, 1:], token_adv, m, self.config.clip)
                 kl = kl_to_reference(logp, ref_logp, m)
                 loss = pl + self.config.kl_coef * kl
+                if gae:
+                    vl = value_loss(
+                        values,
+                        _pad_targets(batch, "old_values", logp.shape),
+                        _pad_targets(batch, "returns", logp.shape),
+                        m,
+                    )
+                    loss = loss + self.config.vf_coef * vl
+                    stats["value_loss"].append(vl.item())
                 if self.config.ent_coef:
-                    from .losses import entropy
-
                     loss = loss - self.config.ent_coef * entropy(logits, m)
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
@@ -199,7 +266,9 @@ class PPOTrainer:
                     )
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.lm.model.parameters(), self.config.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(
+                    [*self.lm.model.parameters(), *self.value_head.parameters()], self.config.max_grad_norm
+                )
                 self.opt.step()
                 stats["policy_loss"].append(pl.item())
                 stats["approx_kl_ref"].append(kl.item())
@@ -229,6 +298,7 @@ class PPOTrainer:
         with atomic_directory(path) as tmp:
             self.lm.save(tmp / "model")
             save_model(self.ref, str(tmp / "reference.safetensors"))
+            save_model(self.value_head, str(tmp / "value_head.safetensors"))
             torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
             state = {
                 "schema": CHECKPOINT_SCHEMA,
@@ -249,12 +319,22 @@ class PPOTrainer:
             raise ValueError(f"checkpoint schema {state.get('schema')} is not {CHECKPOINT_SCHEMA}")
         trainer = cls(PPOConfig(**state["config"]), LM.load(path / "model"))
         load_model(trainer.ref, str(path / "reference.safetensors"))
+        load_model(trainer.value_head, str(path / "value_head.safetensors"))
         trainer.opt.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         trainer.iteration = state["iteration"]
         trainer.rng.bit_generator.state = state["numpy_rng"]
         trainer.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
         trainer.history = state["history"]
         return trainer
+
+
+def _pad_targets(batch: list[RoleSequence], name: str, shape: torch.Size) -> torch.Tensor:
+    """Per-target values (length len(ids) - 1) of the batch, zero-padded to `shape`."""
+    out = torch.zeros(shape)
+    for i, s in enumerate(batch):
+        values = getattr(s, name)
+        out[i, : len(values)] = torch.as_tensor(values)
+    return out
 
 
 def _pad(batch: list[RoleSequence], pad_id: int):

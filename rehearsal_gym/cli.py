@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--lr", type=float, default=2e-5)
     tr.add_argument("--kl-coef", type=float, default=0.01)
     tr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of both roles")
+    tr.add_argument(
+        "--advantage", default="group", choices=["group", "gae"], help="group baseline or value-head GAE"
+    )
     tr.add_argument("--eval-tasks", type=int, default=100)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")

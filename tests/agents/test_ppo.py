@@ -103,6 +103,7 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
     "kwargs, field",
     [
         ({"rehearse": "dream"}, "rehearse"),
+        ({"advantage": "td"}, "advantage"),
         ({"lr": 0}, "lr"),
         ({"group_size": 0}, "group_size"),
         ({"kl_coef": float("nan")}, "kl_coef"),
@@ -111,3 +112,20 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         PPOConfig(**kwargs)
+
+
+def test_gae_mode_trains_the_value_head(tiny_lm, tmp_path):
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "advantage": "gae"}), fresh(tiny_lm))
+    ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
+    full = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
+    mask = [0] * len(ids) + [1] * (len(full) - len(ids))
+    with torch.no_grad():
+        lp = torch.log_softmax(trainer.lm.model(input_ids=torch.tensor([full])).logits[0, :-1], -1)
+        old = [0.0] + lp.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1).tolist()
+    before = trainer.value_head.linear.weight.detach().clone()
+    stats = trainer.update([RoleSequence(full, mask, old, 1.0, 0)])
+    assert stats["value_loss"] > 0
+    assert not torch.equal(before, trainer.value_head.linear.weight)
+    trainer.save(tmp_path / "ckpt")
+    loaded = PPOTrainer.load(tmp_path / "ckpt")
+    torch.testing.assert_close(loaded.value_head.linear.weight, trainer.value_head.linear.weight)
