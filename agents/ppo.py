@@ -26,7 +26,7 @@ from rehearsal_gym.model import LM
 from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
 
-from .losses import entropy, group_advantages, kl_to_reference, policy_loss, token_gae, value_loss
+from .losses import entropy, group_advantages, kl_to_reference, opd_loss, policy_loss, token_gae, value_loss
 
 CHECKPOINT_SCHEMA = 1
 REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
@@ -50,6 +50,11 @@ class PPOConfig:
     ent_coef: float = 0.0  # entropy bonus
     max_grad_norm: float = 1.0  # gradient clipping
     temperature: float = 1.0  # sampling temperature of both roles
+    skill_hints: bool = (
+        False  # SEED re-scoring with the env's oracle hint as the skill (info["hint"] channel)
+    )
+    lambda_opd: float = 0.01  # weight of SEED's on-policy distillation loss
+    opd_beta: float = 5.0  # SEED gate sharpness
     train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
     advantage: str = "group"  # "group" (GRPO-style baseline per task and role) or "gae" (value head)
     gamma: float = 1.0  # GAE discount over a role's tokens
@@ -70,7 +75,7 @@ class PPOConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PPOConfig.{name} must be a positive finite number, got {value!r}")
-        for name in ("kl_coef", "ent_coef"):
+        for name in ("kl_coef", "ent_coef", "lambda_opd", "opd_beta", "vf_coef"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"PPOConfig.{name} must be a finite number >= 0, got {value!r}")
@@ -89,6 +94,7 @@ class RoleSequence:
     token_advantages: list[float] | None = None  # gae mode: per target token (len(ids) - 1)
     returns: list[float] | None = None
     old_values: list[float] | None = None
+    skill_ids: list[int] | None = None  # skill turn inserted before the conversation (SEED teacher)
 
 
 def role_sequences(episodes: list[Episode], groups: list[int], train_env_role: bool) -> list[RoleSequence]:
@@ -216,6 +222,21 @@ class PPOTrainer:
                     values[0].tolist(),
                 )
 
+    @torch.no_grad()
+    def _teacher_logprobs(self, batch: list[RoleSequence], shape: torch.Size) -> torch.Tensor:
+        """SEED teacher: the same sampled tokens scored with the skill turn before the conversation,
+        aligned with the student's targets (zeros where a sequence has no skill)."""
+        out = torch.zeros(shape)
+        for i, sq in enumerate(batch):
+            if not sq.skill_ids:
+                continue
+            ids = torch.tensor([sq.skill_ids + sq.ids])
+            logits = self.lm.model(input_ids=ids).logits[:, :-1]
+            lp = token_logprobs(logits, ids[:, 1:], self.config.temperature)[0]
+            n = len(sq.skill_ids)
+            out[i, : len(sq.ids) - 1] = lp[n : n + len(sq.ids) - 1]
+        return out
+
     def update(self, seqs: list[RoleSequence]) -> dict[str, float]:
         """Minibatch epochs of clipped surrogate + KL (- entropy, + value loss) over the role tokens."""
         self.advantages(seqs)
@@ -225,6 +246,7 @@ class PPOTrainer:
             "approx_kl_ref": [],
             "clip_frac": [],
             "value_loss": [],
+            "opd_loss": [],
         }
         self.lm.model.train()
         for _ in range(self.config.epochs):
@@ -248,6 +270,15 @@ class PPOTrainer:
                 pl, clip_frac = policy_loss(logp, old[:, 1:], token_adv, m, self.config.clip)
                 kl = kl_to_reference(logp, ref_logp, m)
                 loss = pl + self.config.kl_coef * kl
+                if any(sq.skill_ids for sq in batch):
+                    opd = opd_loss(
+                        logp,
+                        self._teacher_logprobs(batch, logp.shape),
+                        _skill_mask(batch, m),
+                        self.config.opd_beta,
+                    )
+                    loss = loss + self.config.lambda_opd * opd
+                    stats["opd_loss"].append(opd.item())
                 if gae:
                     vl = value_loss(
                         values,
@@ -279,6 +310,10 @@ class PPOTrainer:
     def train_iteration(self) -> dict[str, float]:
         episodes, groups = self.collect()
         seqs = role_sequences(episodes, groups, self.config.train_env_role and self.config.rehearse != "off")
+        if self.config.skill_hints:  # agent sequences come first for each episode, in env order
+            agent_seqs = [sq for sq in seqs if sq.group % 2 == 0]
+            for sq, env in zip(agent_seqs, self.envs, strict=True):
+                sq.skill_ids = self.lm.turn("skill", env.unwrapped.hint())
         stats = self.update(seqs)
         self.iteration += 1
         row = {
@@ -326,6 +361,12 @@ class PPOTrainer:
         trainer.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
         trainer.history = state["history"]
         return trainer
+
+
+def _skill_mask(batch: list[RoleSequence], mask: torch.Tensor) -> torch.Tensor:
+    """The target mask restricted to sequences that have a skill."""
+    has = torch.tensor([bool(sq.skill_ids) for sq in batch])[:, None]
+    return mask * has
 
 
 def _pad_targets(batch: list[RoleSequence], name: str, shape: torch.Size) -> torch.Tensor:

@@ -129,3 +129,30 @@ def test_gae_mode_trains_the_value_head(tiny_lm, tmp_path):
     trainer.save(tmp_path / "ckpt")
     loaded = PPOTrainer.load(tmp_path / "ckpt")
     torch.testing.assert_close(loaded.value_head.linear.weight, trainer.value_head.linear.weight)
+
+
+def test_seed_teacher_scores_the_same_tokens_with_the_skill(tiny_lm):
+    from rehearsal_gym.sampling import score
+
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "skill_hints": True}), fresh(tiny_lm))
+    ctx = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
+    action = tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
+    skill = tiny_lm.turn("skill", "Workflow: add -> ANSWER.")
+    seq = RoleSequence(
+        ctx + action,
+        [0] * len(ctx) + [1] * len(action),
+        [0.0] * (len(ctx) + len(action)),
+        1.0,
+        0,
+        skill_ids=skill,
+    )
+    teacher = trainer._teacher_logprobs([seq], torch.Size([1, len(seq.ids) - 1]))
+    with torch.no_grad():
+        expected = score(trainer.lm.model, [skill + ctx], [action], pad_id=tiny_lm.pad_id)[0]
+    torch.testing.assert_close(teacher[0, len(ctx) - 1 :], expected)
+
+
+def test_skill_hint_distillation_runs_in_training(tiny_lm):
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "skill_hints": True, "lambda_opd": 0.5}), fresh(tiny_lm))
+    row = trainer.train_iteration()
+    assert row["losses/opd_loss"] != 0.0
