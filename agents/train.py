@@ -91,6 +91,7 @@ def _write_progress(history: list[dict[str, float]], out: Path) -> None:
         "PPO: success of sampled train episodes",
         "success",
         smooth=5,
+        xlabel="PPO iteration",
     )
 
 

@@ -28,7 +28,9 @@ def markdown_table(rows: Sequence[Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def plot_curve(values: Sequence[float], path: Path, title: str, ylabel: str, smooth: int = 20) -> None:
+def plot_curve(
+    values: Sequence[float], path: Path, title: str, ylabel: str, smooth: int = 20, xlabel: str = "step"
+) -> None:
     """A line plot of `values` (raw and moving average) saved as PNG."""
     import matplotlib
 
@@ -45,7 +47,7 @@ def plot_curve(values: Sequence[float], path: Path, title: str, ylabel: str, smo
             np.convolve(values, np.ones(smooth) / smooth, "valid"),
             label="mean",
         )
-    ax.set(title=title, xlabel="step", ylabel=ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
