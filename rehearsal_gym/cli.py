@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -149,15 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .agents.ppo import PPOConfig
     from .agents.train import train
 
-    config = PPOConfig(
-        env=args.env,
-        rehearse=args.rehearse,
-        iterations=args.iterations,
-        seed=args.seed,
-        lr=args.lr,
-        tasks_per_iter=args.tasks_per_iter,
-        group_size=args.group_size,
-    )
+    config = PPOConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)})
     result = train(
         config,
         _model(args),
@@ -213,20 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("--quiet", action="store_true")
     re_.set_defaults(func=cmd_rehearse)
     tr = sub.add_parser("train", help=cmd_train.__doc__)
-    tr.add_argument("--env", default="ToolCall-v0", choices=REAL_ENV_IDS)
-    tr.add_argument("--rehearse", default="off", choices=["off", "replace", "wrap", "mixed"])
+    from .agents.ppo import ADVANTAGES, REHEARSE_MODES, PPOConfig
+
+    choices = {"env": REAL_ENV_IDS, "rehearse": REHEARSE_MODES, "advantage": ADVANTAGES}
+    for f in dataclasses.fields(PPOConfig):  # the CLI mirrors PPOConfig one-to-one
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            tr.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            tr.add_argument(flag, type=type(f.default), default=f.default, choices=choices.get(f.name))
     tr.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
-    tr.add_argument("--iterations", type=int, default=20)
-    tr.add_argument("--tasks-per-iter", type=int, default=8)
-    tr.add_argument("--group-size", type=int, default=4)
-    tr.add_argument("--lr", type=float, default=2e-5)
-    tr.add_argument("--kl-coef", type=float, default=0.01)
-    tr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of both roles")
-    tr.add_argument(
-        "--advantage", default="group", choices=["group", "gae"], help="group baseline or value-head GAE"
-    )
     tr.add_argument("--eval-tasks", type=int, default=100)
-    tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     tr.add_argument("--out", default="runs/train")
     tr.add_argument("--quiet", action="store_true")
@@ -236,15 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in (
-        "tasks",
-        "eval_tasks",
-        "steps",
-        "tasks_per_env",
-        "iterations",
-        "tasks_per_iter",
-        "group_size",
-    ):
+    try:
+        return _run(args)
+    except ValueError as e:  # invalid configuration: the message names the field
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    for name in ("tasks", "eval_tasks"):  # the rest is validated by the configs, naming the field
         value = getattr(args, name, None)
         if value is not None and value < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)

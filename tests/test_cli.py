@@ -63,3 +63,42 @@ def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):
     cmd[cmd.index("--iterations") + 1] = "2"
     out = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "resumed from" in out.stdout, out.stderr[-2000:]
+
+
+def test_train_options_mirror_the_config():
+    from rehearsal_gym.agents.ppo import PPOConfig
+
+    from rehearsal_gym.cli import build_parser
+
+    args = build_parser().parse_args(
+        [
+            "train",
+            "--temperature",
+            "0.7",
+            "--skill-hints",
+            "--advantage",
+            "gae",
+            "--kl-coef",
+            "0.05",
+            "--no-train-env-role",
+            "--lambda-opd",
+            "0.2",
+        ]
+    )
+    config = PPOConfig(**{k: getattr(args, k) for k in PPOConfig.__dataclass_fields__})
+    assert (config.temperature, config.skill_hints, config.advantage, config.kl_coef) == (
+        0.7,
+        True,
+        "gae",
+        0.05,
+    )
+    assert config.train_env_role is False and config.lambda_opd == 0.2
+
+
+def test_cli_config_error_names_the_field():
+    out = subprocess.run(
+        [sys.executable, "-m", "rehearsal_gym.cli", "train", "--group-size", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "group_size" in out.stderr
