@@ -156,3 +156,14 @@ def test_skill_hint_distillation_runs_in_training(tiny_lm):
     trainer = PPOTrainer(PPOConfig(**{**TINY, "skill_hints": True, "lambda_opd": 0.5}), fresh(tiny_lm))
     row = trainer.train_iteration()
     assert row["losses/opd_loss"] != 0.0
+
+
+def test_identical_updates_from_scratch_under_one_seed(tiny_lm):
+    rows, params = [], []
+    for _ in range(2):
+        trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+        rows.append(trainer.train_iteration())
+        params.append([p.detach().clone() for p in trainer.lm.model.parameters()])
+    assert rows[0] == rows[1]
+    for a, b in zip(*params, strict=True):
+        assert torch.equal(a, b)
