@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from .atomic import atomic_directory
-from .tokenizer import END, PAD, ROLE_TOKENS, missing_special_tokens
+from .tokenizer import END, PAD, ROLE_TOKENS, Codec, missing_special_tokens
 
 
 @contextlib.contextmanager
@@ -64,10 +64,8 @@ class LM:
             tokenizer.pad_token = PAD
         self.model = model
         self.tokenizer = tokenizer
-        vocab = tokenizer.get_vocab()
-        self.pad_id = vocab[PAD]
-        self.end_id = vocab[END]
-        self.role_ids = {role: vocab[token] for role, token in ROLE_TOKENS.items()}
+        self.codec = Codec(tokenizer)
+        self.pad_id, self.end_id, self.role_ids = self.codec.pad_id, self.codec.end_id, self.codec.role_ids
         cfg = model.config
         self.max_len = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 2048))
 
@@ -111,16 +109,15 @@ class LM:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of untrusted text; role-token strings in it stay plain text."""
-        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        return self.codec.encode(text)
 
     def turn(self, role: str, text: str) -> list[int]:
         """One message: role token, text, end token."""
-        return [self.role_ids[role], *self.encode(text), self.end_id]
+        return self.codec.turn(role, text)
 
     def decode(self, ids: list[int]) -> str:
         """Text of generated ids, without the end token or padding."""
-        ids = [i for i in ids if i not in (self.end_id, self.pad_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.codec.decode(ids)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

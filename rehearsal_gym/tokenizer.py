@@ -51,3 +51,37 @@ def missing_special_tokens(tokenizer) -> list[str]:
     """Role tokens a (foreign) tokenizer lacks; `add_special_tokens` them and resize the model."""
     vocab = tokenizer.get_vocab()
     return [t for t in SPECIAL_TOKENS if t not in vocab]
+
+
+class Codec:
+    """Text <-> token ids for conversations: the tokenizer's part of `LM`, without the model.
+
+    Token-level envs use it to build the same ids the model sees (`turn`) and to decode actions.
+    `tokenizer` must hold the role tokens (`LM` adds them to foreign tokenizers).
+    """
+
+    def __init__(self, tokenizer) -> None:
+        missing = missing_special_tokens(tokenizer)
+        if missing:
+            raise ValueError(
+                f"tokenizer lacks the role tokens {missing}; load it through rehearsal_gym.model.LM"
+            )
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_vocab()
+        self.pad_id = vocab[PAD]
+        self.end_id = vocab[END]
+        self.role_ids = {role: vocab[token] for role, token in ROLE_TOKENS.items()}
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of untrusted text; role-token strings in it stay plain text."""
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def turn(self, role: str, text: str) -> list[int]:
+        """One message: role token, text, end token."""
+        return [self.role_ids[role], *self.encode(text), self.end_id]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of generated ids, without the end token or padding."""
+        ids = [i for i in ids if i not in (self.end_id, self.pad_id)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
