@@ -14,21 +14,21 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-from rehearsal_gym.atomic import atomic_directory
+from rehearsal_gym.atomic import atomic_directory, recover
 from rehearsal_gym.model import LM
 from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
+from rehearsal_gym.skills import SkillLibrary
 
 from .losses import entropy, group_advantages, kl_to_reference, opd_loss, policy_loss, token_gae, value_loss
 
-CHECKPOINT_SCHEMA = 1
+CHECKPOINT_SCHEMA = 2
 REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
 ADVANTAGES = ("group", "gae")
 
@@ -53,6 +53,8 @@ class PPOConfig:
     skill_hints: bool = (
         False  # SEED re-scoring with the env's oracle hint as the skill (info["hint"] channel)
     )
+    seed_distill: bool = False  # SEED: the policy analyses its own episodes into a skill library
+    analyses_per_iter: int = 8  # episodes analysed per round (one per task group, successes first)
     lambda_opd: float = 0.01  # weight of SEED's on-policy distillation loss
     opd_beta: float = 5.0  # SEED gate sharpness
     train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
@@ -68,7 +70,19 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.advantage must be one of {ADVANTAGES}, got {self.advantage!r}")
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
-        for name in ("iterations", "tasks_per_iter", "group_size", "epochs", "minibatch_size", "max_turns"):
+        if self.skill_hints and self.seed_distill:
+            raise ValueError(
+                "PPOConfig.skill_hints and PPOConfig.seed_distill are exclusive: pick one skill source"
+            )
+        for name in (
+            "iterations",
+            "tasks_per_iter",
+            "group_size",
+            "epochs",
+            "minibatch_size",
+            "max_turns",
+            "analyses_per_iter",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PPOConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         for name in ("lr", "clip", "temperature", "max_grad_norm"):
@@ -151,6 +165,7 @@ class PPOTrainer:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0
         self.history: list[dict[str, float]] = []
+        self.library = SkillLibrary()
         n = config.tasks_per_iter * config.group_size
         self.envs = [self._make_env() for _ in range(n)]
 
@@ -179,6 +194,12 @@ class PPOTrainer:
         tasks = self.rng.integers(0, 2**31 - 1, self.config.tasks_per_iter)
         groups = [i for i in range(len(tasks)) for _ in range(self.config.group_size)]
         options = [{"task_index": int(tasks[g])} for g in groups]
+        if self.config.seed_distill:  # the library's skill for each task, echoed in info["skill"]
+            family = self.envs[0].unwrapped.family
+            for opts in options:
+                skill = self.library.best(family.name, family.task("train", opts["task_index"]).template)
+                if skill is not None:
+                    opts["skill"] = skill.hint()
         self.lm.model.eval()
         episodes = run_episodes(
             self.lm,
@@ -307,13 +328,40 @@ class PPOTrainer:
         self.lm.model.eval()
         return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
 
+    def analyse(self, episodes: list[Episode], groups: list[int]) -> dict[str, float]:
+        """SEED: the policy analyses one episode per task group (a success if the group has one)
+        and the skills go to the library under the task's family and template."""
+        from rehearsal_gym.analyst import analyse
+
+        chosen: dict[int, int] = {}
+        for i, (ep, g) in enumerate(zip(episodes, groups, strict=True)):
+            if g not in chosen or (ep.success and not episodes[chosen[g]].success):
+                chosen[g] = i
+        picked = list(chosen.values())[: self.config.analyses_per_iter]
+        skills = analyse(
+            self.lm, [self.envs[i].unwrapped.task.prompt for i in picked], [episodes[i] for i in picked]
+        )
+        family = self.envs[0].unwrapped.family.name
+        for i, skill in zip(picked, skills, strict=True):
+            if skill is not None:
+                self.library.add(family, episodes[i].template, skill, episodes[i].success)
+        return {"charts/valid_skills": float(np.mean([s is not None for s in skills])) if skills else 0.0}
+
     def train_iteration(self) -> dict[str, float]:
         episodes, groups = self.collect()
         seqs = role_sequences(episodes, groups, self.config.train_env_role and self.config.rehearse != "off")
-        if self.config.skill_hints:  # agent sequences come first for each episode, in env order
-            agent_seqs = [sq for sq in seqs if sq.group % 2 == 0]
+        extra: dict[str, float] = {}
+        agent_seqs = [sq for sq in seqs if sq.group % 2 == 0]  # one per episode, in env order
+        if self.config.skill_hints:  # privileged: the env's oracle hint (info["hint"] channel)
             for sq, env in zip(agent_seqs, self.envs, strict=True):
                 sq.skill_ids = self.lm.turn("skill", env.unwrapped.hint())
+        if self.config.seed_distill:  # self-evolving: the policy's own best skill for the template
+            extra = self.analyse(episodes, groups)
+            family = self.envs[0].unwrapped.family.name
+            for sq, ep in zip(agent_seqs, episodes, strict=True):
+                skill = self.library.best(family, ep.template)
+                sq.skill_ids = self.lm.turn("skill", skill.hint()) if skill else None
+            extra["charts/library_size"] = float(len(self.library))
         stats = self.update(seqs)
         self.iteration += 1
         row = {
@@ -322,6 +370,7 @@ class PPOTrainer:
             "charts/reward": float(np.mean([ep.reward for ep in episodes])),
             "charts/context_overflow": float(np.mean([ep.context_overflow for ep in episodes])),
             "charts/env_role_sequences": float(sum(s.group % 2 for s in seqs)),
+            **extra,
             **{f"losses/{k}": v for k, v in stats.items()},
         }
         self.history.append(row)
@@ -342,13 +391,14 @@ class PPOTrainer:
                 "numpy_rng": self.rng.bit_generator.state,
                 "torch_generator": self.generator.get_state().tolist(),
                 "history": self.history,
+                "skill_library": self.library.to_dict(),
             }
             (tmp / "trainer_state.json").write_text(json.dumps(state))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PPOTrainer:
         """Resume exactly: the next iteration gives the same result as without the interruption."""
-        path = Path(path)
+        path = recover(path)  # a kill between the checkpoint's renames leaves it beside `path`
         state = json.loads((path / "trainer_state.json").read_text())
         if state.get("schema") != CHECKPOINT_SCHEMA:
             raise ValueError(f"checkpoint schema {state.get('schema')} is not {CHECKPOINT_SCHEMA}")
@@ -360,6 +410,7 @@ class PPOTrainer:
         trainer.rng.bit_generator.state = state["numpy_rng"]
         trainer.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
         trainer.history = state["history"]
+        trainer.library = SkillLibrary.from_dict(state["skill_library"])
         return trainer
 
 

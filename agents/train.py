@@ -13,6 +13,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from rehearsal_gym.atomic import recover
 from rehearsal_gym.model import LM
 from rehearsal_gym.report import plot_curve
 from rehearsal_gym.rollout import evaluate
@@ -32,12 +33,16 @@ def train(
 ) -> dict[str, Any]:
     """Run PPO for `config.iterations` rounds; held-out success (real env) before and after."""
     out = Path(out)
-    ckpt = out / "checkpoint"
+    ckpt = recover(out / "checkpoint")
     if resume and (ckpt / "trainer_state.json").is_file():
         trainer = PPOTrainer.load(ckpt)
         log(f"resumed from {ckpt} at iteration {trainer.iteration}")
         before = json.loads((out / "before.json").read_text())
     else:
+        if config.seed_distill:  # SEED step 1: teach the policy to analyse its own episodes
+            from rehearsal_gym.analyst import load_or_train_analyst
+
+            lm = load_or_train_analyst(lm, progress=progress, log=log)
         trainer = PPOTrainer(config, lm)
         before = evaluate(trainer.lm, config.env, eval_tasks)
         out.mkdir(parents=True, exist_ok=True)

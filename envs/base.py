@@ -216,7 +216,8 @@ class ToolEnv(gym.Env[str, str]):
     malformed: "error" | "penalty" | "terminate". penalty: cost of a malformed turn.
     hints: put the oracle's hint (workflow and rule) in the reset info as ``info["hint"]``, a
     standard channel for distillation from privileged information.
-    Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``.
+    Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``;
+    ``{"skill": text}`` records the skill a trainer uses for the episode in ``info["skill"]``.
 
     ## Info
     task_id, template, turn, malformed_count; call and result when a tool ran; error after a
@@ -288,6 +289,11 @@ class ToolEnv(gym.Env[str, str]):
         info = {"task_id": task.task_id, "template": task.template, "turn": 0, "malformed_count": 0}
         if self.hints:
             info["hint"] = self.hint()
+        skill = options.get("skill")
+        if skill is not None:  # the skill a trainer uses for this episode, echoed for loggers
+            if not isinstance(skill, str):
+                raise ValueError(f"options['skill'] must be a string, got {type(skill).__name__}")
+            info["skill"] = skill
         return prompt, info
 
     def step(self, action: str):

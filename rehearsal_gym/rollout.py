@@ -39,6 +39,7 @@ class Episode:
     success: bool = False
     truncated: bool = False
     context_overflow: bool = False
+    skill: str | None = None  # the reset info's "skill" (the skill a trainer used), if any
 
     def extend(self, ids: Sequence[int], agent: bool, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -67,7 +68,7 @@ def run_episodes(
     episodes, active = [], []
     for i, (env, opts) in enumerate(zip(envs, options, strict=True)):
         obs, info = env.reset(seed=None if seed is None else seed + i, options=dict(opts or {}))
-        ep = Episode(info.get("task_id", ""), info.get("template", ""))
+        ep = Episode(info.get("task_id", ""), info.get("template", ""), skill=info.get("skill"))
         ep.extend(lm.turn("task", obs), agent=False)
         episodes.append(ep)
         active.append(i)

@@ -1,0 +1,183 @@
+"""SEED's analyst role: the policy turns its own finished episodes into skills.
+
+`analyst_sequence` builds the analyst's token ids (prompt, then the skill JSON after
+``<|skill|>``); `train_analyst` is the analyst warm start: the model analyses episodes it sampled
+itself on train tasks and learns to write the explainer's label (`skills.label_skill`), mixed
+with the oracle's agent-role episodes so that acting is not forgotten; `analyse` samples the
+model's own analyses during RL (`agents.ppo` with ``seed_distill``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .demos import agent_sequence, record_oracle_episodes
+from .model import LM
+from .rollout import Episode, run_episodes
+from .sampling import sample
+from .skills import Skill, analyst_prompt, label_skill, parse_skill
+from .warmstart import _batch, length_batches, masked_lm_loss
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    """Analyst warm start on top of an agent model."""
+
+    envs: tuple[str, ...] = ("ToolCall-v0", "Retail-v0", "Finance-v0")
+    tasks_per_env: int = 160  # train tasks whose sampled episodes are analysed
+    samples_per_task: int = 2  # sampled episodes per task (temperature 1: successes and failures)
+    oracle_fraction: float = 0.5  # agent-role oracle episodes mixed in, per analyst example
+    steps: int = 400
+    batch_size: int = 16
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tasks_per_env", "samples_per_task", "steps", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"AnalystConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"AnalystConfig.lr must be a positive finite number, got {self.lr!r}")
+        if not 0 <= self.oracle_fraction <= 4:
+            raise ValueError(f"AnalystConfig.oracle_fraction must be in [0, 4], got {self.oracle_fraction!r}")
+
+
+def analyst_prompt_ids(lm: LM, request: str, actions: Sequence[str], success: bool) -> list[int]:
+    """The analyst's prompt: the episode in a ``<|task|>`` turn, then ``<|skill|>``."""
+    return [*lm.turn("task", analyst_prompt(request, actions, success)), lm.role_ids["skill"]]
+
+
+def analyst_sequence(lm: LM, request: str, actions: Sequence[str], success: bool, skill: Skill):
+    """(ids, loss mask) of one analysis: the loss covers the skill JSON and the end token."""
+    head = analyst_prompt_ids(lm, request, actions, success)
+    tail = [*lm.encode(skill.to_json()), lm.end_id]
+    return head + tail, [0] * len(head) + [1] * len(tail)
+
+
+def sampled_analyses(lm: LM, env_id: str, task_indices: Sequence[int], samples: int, seed: int):
+    """Analyst examples from the model's own sampled episodes, labelled by the explainer."""
+    envs = [gym.make(env_id, split="train") for _ in range(min(32, len(task_indices) * samples))]
+    jobs = [i for i in task_indices for _ in range(samples)]
+    out, wins = [], 0
+    generator = torch.Generator().manual_seed(seed)
+    for start in range(0, len(jobs), len(envs)):
+        chunk = jobs[start : start + len(envs)]
+        eps = run_episodes(
+            lm,
+            envs[: len(chunk)],
+            [{"task_index": i} for i in chunk],
+            greedy=False,
+            generator=generator,
+            seed=seed + start,
+        )
+        for ep, env in zip(eps, envs, strict=False):
+            base = env.unwrapped
+            skill = label_skill(base.task, base.oracle_turns(), ep.actions, ep.infos)
+            out.append(analyst_sequence(lm, base.task.prompt, ep.actions, ep.success, skill))
+            wins += ep.success
+    for env in envs:
+        env.close()
+    return out, wins
+
+
+def train_analyst(
+    lm: LM, config: AnalystConfig | None = None, progress: bool = True, log: Callable[[str], None] = print
+) -> list[float]:
+    """Teach `lm` (in place) to write skills for its own episodes; returns the loss per step."""
+    config = config or AnalystConfig()
+    rng = np.random.default_rng(config.seed)
+    lm.model.eval()
+    analyses, oracle, wins = [], [], 0
+    for k, env_id in enumerate(config.envs):
+        tasks = range(10_000, 10_000 + config.tasks_per_env)  # not the warm start's first tasks
+        data, w = sampled_analyses(lm, env_id, tasks, config.samples_per_task, config.seed + 1000 * k)
+        analyses += data
+        wins += w
+        oracle += [agent_sequence(lm, d) for d in record_oracle_episodes(env_id, tasks)]
+    n_oracle = min(len(oracle), int(config.oracle_fraction * len(analyses)))
+    examples = analyses + [oracle[int(i)] for i in rng.permutation(len(oracle))[:n_oracle]]
+    log(f"analyst warm start: {len(analyses)} analyses ({wins} of successes), {n_oracle} oracle episodes")
+    torch.manual_seed(config.seed)
+    opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr)
+    losses, batches = [], []
+    lm.model.train()
+    for step in tqdm(range(config.steps), desc="analyst warm start", disable=not progress, mininterval=2):
+        if not batches:
+            batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
+        ids, attn, mask = _batch(examples, batches.pop(), lm.pad_id)
+        for group in opt.param_groups:  # cosine decay to 10%
+            group["lr"] = config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / config.steps)))
+        loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, mask)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"analyst loss is {loss.item()} at step {step}; lower AnalystConfig.lr")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    lm.model.eval()
+    return losses
+
+
+@torch.no_grad()
+def analyse(
+    lm: LM,
+    requests: Sequence[str],
+    episodes: Sequence[Episode],
+    max_tokens: int = 96,
+) -> list[Skill | None]:
+    """The model's own skill for each finished episode (greedy), None where it wrote no valid skill."""
+    prompts = [
+        analyst_prompt_ids(lm, r, ep.actions, ep.success) for r, ep in zip(requests, episodes, strict=True)
+    ]
+    fits = [i for i, p in enumerate(prompts) if len(p) + max_tokens <= lm.max_len]
+    out: list[Skill | None] = [None] * len(prompts)
+    if not fits:
+        return out
+    samples = sample(
+        lm.model,
+        [prompts[i] for i in fits],
+        max_new_tokens=max_tokens,
+        stop_id=lm.end_id,
+        pad_id=lm.pad_id,
+        greedy=True,
+    )
+    for k, i in enumerate(fits):
+        if samples.stopped[k]:
+            out[i] = parse_skill(lm.decode(samples.tokens[k]))
+    return out
+
+
+def analyst_path(lm: LM, config: AnalystConfig):
+    """Cache location of the analyst warm start of these weights under this config."""
+    import hashlib
+    import json
+
+    from .defaults import cache_dir
+
+    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    for name, tensor in sorted(lm.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().numpy().tobytes())
+    return cache_dir() / f"analyst-{digest.hexdigest()[:12]}"
+
+
+def load_or_train_analyst(
+    lm: LM, config: AnalystConfig | None = None, progress: bool = True, log=print
+) -> LM:
+    """`lm` after the analyst warm start, cached per input weights and config."""
+    config = config or AnalystConfig()
+    path = analyst_path(lm, config)
+    if (path / "config.json").is_file():
+        log(f"analyst warm start: loading cached {path}")
+        return LM.load(path)
+    train_analyst(lm, config, progress=progress, log=log)
+    lm.save(path)
+    return lm

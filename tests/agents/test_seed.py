@@ -1,0 +1,108 @@
+import copy
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rehearsal_gym.agents.ppo import PPOConfig, PPOTrainer
+
+from rehearsal_gym.analyst import AnalystConfig, analyse, analyst_sequence, train_analyst
+from rehearsal_gym.model import LM
+from rehearsal_gym.skills import Skill, SkillLibrary, label_skill, parse_skill
+
+TINY = dict(iterations=2, tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
+
+
+def fresh(tiny_lm):
+    return LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
+
+
+def test_skill_json_round_trips_and_junk_is_no_skill():
+    skill = Skill("workflow", "Workflow for cancel: find_customer -> cancel_order -> ANSWER.")
+    assert parse_skill(skill.to_json()) == skill
+    for junk in [
+        "",
+        "{}",
+        '{"kind": "tip", "rule": "x"}',
+        '{"kind": "avoid"}',
+        '{"kind": "avoid", "rule": ""}',
+        '{"kind": "avoid", "rule": "x", "extra": 1}',
+        "[1, 2]",
+        '{"kind": "avoid", "rule": "' + "x" * 500 + '"}',
+    ]:
+        assert parse_skill(junk) is None, junk
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_parse_skill_never_raises(text):
+    result = parse_skill(text)
+    assert result is None or result.kind in ("workflow", "avoid")
+
+
+def test_labels_are_workflows_for_successes_and_avoid_rules_for_failures():
+    env = gym.make("Retail-v0", split="train")
+    env.reset(options={"task_index": 2})
+    base = env.unwrapped
+    oracle = base.oracle_turns()
+    infos = [env.step(turn)[-1] for turn in oracle]
+    good = label_skill(base.task, oracle, oracle, infos)
+    assert good.kind == "workflow" and "Workflow" in good.rule
+    env.reset(options={"task_index": 2})
+    bad_infos = [env.step("ANSWER no idea")[-1]]
+    bad = label_skill(base.task, oracle, ["ANSWER no idea"], bad_infos)
+    assert bad.kind == "avoid" and bad.rule
+
+
+def test_library_keeps_the_best_supported_skills():
+    lib = SkillLibrary(capacity=2)
+    a, b, c = Skill("workflow", "a"), Skill("avoid", "b"), Skill("avoid", "c")
+    lib.add("retail", "cancel", b, success=False)
+    lib.add("retail", "cancel", a, success=True)  # support 1 + win 1 outranks b
+    assert lib.best("retail", "cancel") == a
+    lib.add("retail", "cancel", c, success=False)
+    lib.add("retail", "cancel", c, success=False)
+    lib.add("retail", "cancel", c, success=False)
+    assert lib.best("retail", "cancel") == c and len(lib) == 2  # capacity: b was dropped
+    assert lib.best("retail", "refund") is None
+    assert SkillLibrary.from_dict(lib.to_dict()).to_dict() == lib.to_dict()
+
+
+def test_analyst_warm_start_learns_the_labels(tiny_lm):
+    lm = fresh(tiny_lm)
+    config = AnalystConfig(
+        envs=("ToolCall-v0",), tasks_per_env=6, samples_per_task=1, steps=40, batch_size=4, lr=3e-3
+    )
+    losses = train_analyst(lm, config, progress=False, log=lambda *a: None)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
+
+
+def test_analyse_returns_a_skill_or_none_per_episode(tiny_lm):
+    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    episodes, _ = trainer.collect()
+    skills = analyse(trainer.lm, ["request"] * len(episodes), episodes, max_tokens=16)
+    assert len(skills) == len(episodes) and all(s is None or isinstance(s, Skill) for s in skills)
+    ids, mask = analyst_sequence(tiny_lm, "r", ["ANSWER 1"], True, Skill("workflow", "w"))
+    assert len(ids) == len(mask) and mask[-1] == 1 and mask[0] == 0
+
+
+def test_seed_distill_uses_the_library_skill_as_teacher_and_reports_it(tiny_lm, tmp_path):
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "seed_distill": True}), fresh(tiny_lm))
+    family = trainer.envs[0].unwrapped.family
+    for i in range(50):  # a skill for every template of the family
+        trainer.library.add(
+            family.name, family.task("train", i).template, Skill("workflow", "use the tools"), True
+        )
+    episodes, _ = trainer.collect()
+    assert all(ep.skill == "Do: use the tools" for ep in episodes)  # info["skill"] channel
+    row = trainer.train_iteration()
+    assert row["losses/opd_loss"] != 0.0 and row["charts/library_size"] >= 1
+    trainer.save(tmp_path / "ckpt")
+    resumed = PPOTrainer.load(tmp_path / "ckpt")
+    assert resumed.library.to_dict() == trainer.library.to_dict()
+    assert resumed.train_iteration() == trainer.train_iteration()
+
+
+def test_skill_sources_are_exclusive():
+    with pytest.raises(ValueError, match="exclusive"):
+        PPOConfig(skill_hints=True, seed_distill=True)
