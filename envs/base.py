@@ -8,6 +8,7 @@ labels a finished trajectory for skill data.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -15,7 +16,6 @@ import string
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -164,6 +164,39 @@ class Family(ABC):
         return "\n".join(lines + [f"Request: {task.prompt}"])
 
 
+class Record(Mapping[str, Any]):
+    """A read-only, picklable snapshot of a JSON-like mapping, used for ``info`` entries.
+
+    Not a ``dict``, so Gymnasium's vector envs keep it whole instead of splitting its fields into
+    typed arrays (which fails when two sub-envs hold different types under one key); unlike
+    ``types.MappingProxyType`` it survives ``copy.deepcopy`` and ``pickle`` (SB3's DummyVecEnv
+    and SubprocVecEnv). The contents are deep-copied, so nothing reaches the env's own state.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_data", copy.deepcopy(dict(data)))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Record is read-only; copy it with dict(record)")
+
+    def __reduce__(self):
+        return (Record, (self._data,))
+
+    def __repr__(self) -> str:
+        return f"Record({self._data!r})"
+
+
 def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
     """Run a parsed call; a refused call becomes an ``{"error": ...}`` result, never an exception."""
     try:
@@ -222,9 +255,7 @@ class ToolEnv(gym.Env[str, str]):
     ## Info
     task_id, template, turn, malformed_count; call and result when a tool ran; error after a
     malformed turn; at episode end success and expected_answer. call and result are read-only
-    mappings (``dict(info["result"])`` copies one): not being dicts, Gymnasium's vector envs keep
-    them whole instead of splitting their fields into typed arrays, which fails when two
-    sub-envs' results hold different types under one key.
+    `Record` mappings (``dict(info["result"])`` copies one) that survive deepcopy and pickle.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -316,13 +347,13 @@ class ToolEnv(gym.Env[str, str]):
             terminated = self.malformed == "terminate"
         elif isinstance(parsed, ToolCall):
             self.calls.append(parsed)
-            info["call"] = MappingProxyType(parsed.to_dict())
+            info["call"] = Record(parsed.to_dict())
             result = self.run_tool(parsed, info)
             if result is None:  # no usable result (a simulated tool wrote garbage): the episode fails
                 terminated = True
                 obs = f"error: {info['error']}"
             else:
-                info["result"] = MappingProxyType(result)
+                info["result"] = Record(result)
                 obs = result_text(result)
         else:
             success = self.verify(parsed.text)

@@ -12,14 +12,13 @@ import hashlib
 import json
 import os
 import warnings
-from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rehearsal_gym.envs.base import ToolEnv, execute, result_text, to_observation
+from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
 
 from .demos import record_oracle_episodes, result_bank
 from .model import LM
@@ -206,7 +205,7 @@ class SelfSimEnv(ToolEnv):
         if self.mode == "wrap":
             real = execute(self.backend, call)
             self.bank.add(call, result_text(real))
-            info["real_result"] = MappingProxyType(real)
+            info["real_result"] = Record(real)
             if imagined is not None:
                 info["fidelity"] = fidelity(imagined, real)
         return imagined

@@ -121,7 +121,7 @@ class TokenEnv(gym.Env):
         # the turn is over: send it to the text env
         text = self.codec.decode(self.turn)
         obs, reward, terminated, truncated, info = self.env.step(text)
-        info = {**info, "turn": text}
+        info = {**info, "turn_text": text}
         self.ids.append(self.codec.end_id)
         if not (terminated or truncated):
             self.ids += [*self.codec.turn("env", obs), self.codec.role_ids["agent"]]

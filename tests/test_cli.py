@@ -30,6 +30,12 @@ def test_cli_rejects_bad_numbers():
         [sys.executable, "-m", "rehearsal_gym.cli", "demo", "--tasks", "0"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "--tasks must be >= 1" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "rehearsal_gym.cli", "demo", "--ppo-iterations", "-1"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "--ppo-iterations must be >= 0" in out.stderr
 
 
 def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):

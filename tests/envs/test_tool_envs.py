@@ -1,3 +1,5 @@
+import copy
+import pickle
 from collections.abc import Mapping
 
 import gymnasium as gym
@@ -202,6 +204,22 @@ def test_info_carries_call_result_and_task():
     turn = env.unwrapped.oracle_turns()[0]
     _, _, _, _, info = env.step(turn)
     assert info["call"]["name"] in env.unwrapped.tools and isinstance(info["result"], Mapping)
+
+
+@pytest.mark.parametrize("env_id", REAL)
+def test_infos_survive_copy_and_pickle(env_id):
+    # SB3's DummyVecEnv deep-copies infos and SubprocVecEnv pickles them across processes;
+    # mutating a copy must not reach the env's own state
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    for turn in env.unwrapped.oracle_turns():
+        _, _, _, _, info = env.step(turn)
+        assert pickle.loads(pickle.dumps(info)) == copy.deepcopy(info) == info
+        for key in ("call", "result"):
+            if key in info:
+                with pytest.raises(TypeError):
+                    info[key]["name"] = "changed"  # read-only: the env's state is out of reach
+                assert dict(copy.deepcopy(info[key])) == dict(info[key])
 
 
 def test_render_ansi_shows_transcript():

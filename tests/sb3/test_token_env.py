@@ -112,7 +112,7 @@ def test_token_env_plays_the_oracle_to_success(tiny_lm):
         for token in ids:
             assert env.action_masks()[token], (turn, tiny_lm.decode([token]))
             obs, reward, terminated, truncated, info = env.step(token)
-        assert info["turn"] == turn
+        assert info["turn_text"] == turn
     assert terminated and info["success"] and reward == 1.0
     n = int(obs["attention_mask"].sum())
     assert obs["input_ids"][n - 1] == tiny_lm.end_id and (obs["input_ids"][n:] == tiny_lm.pad_id).all()
