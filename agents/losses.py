@@ -16,6 +16,27 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+REDUCTIONS = ("token", "sequence")
+
+
+def reduce_masked(x: torch.Tensor, mask: torch.Tensor, reduction: str = "token") -> torch.Tensor:
+    """Aggregate a per-token loss over the mask.
+
+    "token": mean over all masked tokens of the batch (a long sequence weighs more);
+    "sequence": mean over sequences of each sequence's token-mean (GRPO's original form; every
+    sequence weighs the same whatever its length). Rows with an empty mask are left out.
+    """
+    if reduction == "token":
+        return masked_mean(x, mask)
+    if reduction == "sequence":
+        mask = mask.to(x.dtype)
+        counts = mask.sum(-1)
+        per_seq = (x * mask).sum(-1) / counts.clamp(min=1.0)
+        present = (counts > 0).to(x.dtype)
+        return (per_seq * present).sum() / present.sum().clamp(min=1.0)
+    raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
 def token_gae(
     rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,16 +61,27 @@ def token_gae(
     return adv, returns
 
 
-def group_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, scale: bool = False, eps: float = 1e-6
+) -> torch.Tensor:
     """GRPO-style baseline: each episode's reward minus the mean reward of its group.
 
     `rewards` and `groups` have shape (episodes,); EnvACE uses one group per (prompt, role).
+    With `scale`, each group's advantages are also divided by the group's standard deviation
+    (population std, plus `eps`), as in GRPO; a group with equal rewards keeps advantage 0.
     """
     out = torch.empty_like(rewards)
     for g in torch.unique(groups):
         idx = groups == g
-        out[idx] = rewards[idx] - rewards[idx].mean()
+        centred = rewards[idx] - rewards[idx].mean()
+        out[idx] = centred / (rewards[idx].std(unbiased=False) + eps) if scale else centred
     return out
+
+
+def weight_negative(advantages: torch.Tensor, weight: float) -> torch.Tensor:
+    """Scale negative advantages by `weight` (1 = plain PPO; 0 = reinforce only better-than-baseline
+    samples, a filtered-imitation limit that keeps a small model from spreading mass to junk tokens)."""
+    return torch.where(advantages < 0, advantages * weight, advantages)
 
 
 def policy_loss(
@@ -58,12 +90,16 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     clip: float = 0.2,
+    reduction: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate, token-mean over the mask. Returns (loss, clip fraction)."""
+    """PPO clipped surrogate, aggregated over the mask by `reduction` (see `reduce_masked`).
+
+    Returns (loss, clip fraction); the clip fraction is always a token-mean.
+    """
     ratio = torch.exp(logp - old_logp)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    loss = reduce_masked(torch.maximum(unclipped, clipped), mask, reduction)
     clip_frac = masked_mean(((ratio - 1.0).abs() > clip).to(logp.dtype), mask)
     return loss, clip_frac
 

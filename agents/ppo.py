@@ -14,6 +14,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,17 @@ from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
 from rehearsal_gym.skills import SkillLibrary
 
-from .losses import entropy, group_advantages, kl_to_reference, opd_loss, policy_loss, token_gae, value_loss
+from .losses import (
+    REDUCTIONS,
+    entropy,
+    group_advantages,
+    kl_to_reference,
+    opd_loss,
+    policy_loss,
+    token_gae,
+    value_loss,
+    weight_negative,
+)
 
 CHECKPOINT_SCHEMA = 2
 REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
@@ -59,15 +70,30 @@ class PPOConfig:
     opd_beta: float = 5.0  # SEED gate sharpness
     train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
     advantage: str = "group"  # "group" (GRPO-style baseline per task and role) or "gae" (value head)
+    scale_advantages: bool = False  # group mode: divide by the group's reward std (GRPO)
+    loss_reduction: str = "token"  # "token" (token-mean per minibatch) or "sequence" (mean of sequence means)
+    group_minibatches: bool = False  # keep each task group's sequences in one minibatch
+    negative_weight: float = 1.0  # scale of negative advantages (1 = PPO; 0 = only reinforce successes)
     gamma: float = 1.0  # GAE discount over a role's tokens
     lam: float = 0.95  # GAE lambda
     vf_coef: float = 0.5  # value loss weight (gae only)
     max_turns: int = 6  # env turn limit
+    rollout_workers: int = (
+        0  # 0: roll out in this process; N: on N Ray actors (pip install rehearsal-gym[ray])
+    )
+    ray_address: str = (
+        ""  # "" starts a local Ray cluster; else an existing cluster's address ("auto", "ray://h:10001")
+    )
+    rollout_timeout_s: float = 600.0  # a worker silent this long is replaced and its episodes re-run
     seed: int = 0  # task draw, sampling, minibatch order
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGES:
             raise ValueError(f"PPOConfig.advantage must be one of {ADVANTAGES}, got {self.advantage!r}")
+        if self.loss_reduction not in REDUCTIONS:
+            raise ValueError(
+                f"PPOConfig.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}"
+            )
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
         if self.skill_hints and self.seed_distill:
@@ -85,11 +111,13 @@ class PPOConfig:
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PPOConfig.{name} must be a positive int, got {getattr(self, name)!r}")
-        for name in ("lr", "clip", "temperature", "max_grad_norm"):
+        if not isinstance(self.rollout_workers, int) or self.rollout_workers < 0:
+            raise ValueError(f"PPOConfig.rollout_workers must be an int >= 0, got {self.rollout_workers!r}")
+        for name in ("lr", "clip", "temperature", "max_grad_norm", "rollout_timeout_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PPOConfig.{name} must be a positive finite number, got {value!r}")
-        for name in ("kl_coef", "ent_coef", "lambda_opd", "opd_beta", "vf_coef"):
+        for name in ("kl_coef", "ent_coef", "lambda_opd", "opd_beta", "vf_coef", "negative_weight"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"PPOConfig.{name} must be a finite number >= 0, got {value!r}")
@@ -166,27 +194,26 @@ class PPOTrainer:
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         self.library = SkillLibrary()
-        n = config.tasks_per_iter * config.group_size
-        self.envs = [self._make_env() for _ in range(n)]
+        # the learner's own view of the tasks (family, prompts, oracle hints); never stepped in training
+        self.probe = gym.make(config.env, split="train", max_turns=config.max_turns).unwrapped
+        self.family = self.probe.family
+        if config.rollout_workers:  # rollouts on Ray actors, each with its own envs and weights
+            from .distributed import RayRollouts
 
-    def _make_env(self) -> gym.Env:
-        if self.config.rehearse == "off":
-            return gym.make(self.config.env, split="train", max_turns=self.config.max_turns)
-        from rehearsal_gym.selfsim import SelfSimEnv
+            self.envs: list[gym.Env] = []
+            self.rollouts = RayRollouts(config, lm)
+        else:
+            self.envs = make_train_envs(config, lm, config.tasks_per_iter * config.group_size)
+            self.rollouts = None
+        self.last_versions: list[int] = []  # policy version each episode of the last round was sampled with
 
-        if not hasattr(self, "_bank"):
-            from rehearsal_gym.demos import record_oracle_episodes, result_bank
+    def _task(self, options: dict) -> Any:
+        return self.family.task("train", options["task_index"])
 
-            self._bank = result_bank(record_oracle_episodes(self.config.env, range(40)))
-        return SelfSimEnv(
-            self.config.env,
-            model=self.lm,
-            mode=self.config.rehearse,
-            bank=self._bank,
-            temperature=self.config.temperature,
-            split="train",
-            max_turns=self.config.max_turns,
-        )
+    def _hint(self, options: dict) -> str:
+        """The env's oracle hint for a train task (the info["hint"] channel), computed learner-side."""
+        self.probe.reset(options={"task_index": options["task_index"]})
+        return self.probe.hint()
 
     # -- rollout --------------------------------------------------------------------------------
     def collect(self) -> tuple[list[Episode], list[int]]:
@@ -195,21 +222,32 @@ class PPOTrainer:
         groups = [i for i in range(len(tasks)) for _ in range(self.config.group_size)]
         options = [{"task_index": int(tasks[g])} for g in groups]
         if self.config.seed_distill:  # the library's skill for each task, echoed in info["skill"]
-            family = self.envs[0].unwrapped.family
             for opts in options:
-                skill = self.library.best(family.name, family.task("train", opts["task_index"]).template)
+                skill = self.library.best(self.family.name, self._task(opts).template)
                 if skill is not None:
                     opts["skill"] = skill.hint()
+        self.last_options = options
         self.lm.model.eval()
-        episodes = run_episodes(
-            self.lm,
-            self.envs,
-            options,
-            greedy=False,
-            temperature=self.config.temperature,
-            generator=self.generator,
-            seed=int(self.rng.integers(2**31 - 1)),
-        )
+        seed = int(self.rng.integers(2**31 - 1))
+        if self.rollouts is not None:
+            self.rollouts.sync(self.iteration, self.lm.model.state_dict())
+            episodes, versions = self.rollouts.collect(options, seed)
+            if set(versions) != {self.iteration}:  # never train on another policy version's samples
+                raise RuntimeError(
+                    f"rollouts came from policy versions {sorted(set(versions))}, not {self.iteration}"
+                )
+        else:
+            episodes = run_episodes(
+                self.lm,
+                self.envs,
+                options,
+                greedy=False,
+                temperature=self.config.temperature,
+                generator=self.generator,
+                seed=seed,
+            )
+            versions = [self.iteration] * len(episodes)
+        self.last_versions = versions
         return episodes, groups
 
     # -- update ---------------------------------------------------------------------------------
@@ -222,7 +260,9 @@ class PPOTrainer:
         """Fill each sequence's per-target advantages (and returns and old values for GAE)."""
         if self.config.advantage == "group":
             adv = group_advantages(
-                torch.tensor([s.reward for s in seqs]), torch.tensor([s.group for s in seqs])
+                torch.tensor([s.reward for s in seqs]),
+                torch.tensor([s.group for s in seqs]),
+                scale=self.config.scale_advantages,
             )
             for s, a in zip(seqs, adv.tolist(), strict=True):
                 s.advantage = a
@@ -271,9 +311,7 @@ class PPOTrainer:
         }
         self.lm.model.train()
         for _ in range(self.config.epochs):
-            order = self.rng.permutation(len(seqs))
-            for start in range(0, len(seqs), self.config.minibatch_size):
-                batch = [seqs[i] for i in order[start : start + self.config.minibatch_size]]
+            for batch in self._minibatches(seqs):
                 if not any(any(s.mask) for s in batch):
                     continue
                 ids, attn, mask, old, advs = _pad(batch, self.lm.pad_id)
@@ -288,7 +326,11 @@ class PPOTrainer:
                     if gae
                     else advs[:, None].expand_as(logp)
                 )
-                pl, clip_frac = policy_loss(logp, old[:, 1:], token_adv, m, self.config.clip)
+                if self.config.negative_weight != 1.0:
+                    token_adv = weight_negative(token_adv, self.config.negative_weight)
+                pl, clip_frac = policy_loss(
+                    logp, old[:, 1:], token_adv, m, self.config.clip, self.config.loss_reduction
+                )
                 kl = kl_to_reference(logp, ref_logp, m)
                 loss = pl + self.config.kl_coef * kl
                 if any(sq.skill_ids for sq in batch):
@@ -328,6 +370,25 @@ class PPOTrainer:
         self.lm.model.eval()
         return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
 
+    def _minibatches(self, seqs: list[RoleSequence]) -> list[list[RoleSequence]]:
+        """One epoch's minibatches in a random order. With `group_minibatches`, whole task groups
+        are shuffled and packed, so sequences that share a baseline are updated together."""
+        size = self.config.minibatch_size
+        if not self.config.group_minibatches:
+            order = self.rng.permutation(len(seqs))
+            return [[seqs[i] for i in order[k : k + size]] for k in range(0, len(seqs), size)]
+        by_group: dict[int, list[RoleSequence]] = {}
+        for sq in seqs:
+            by_group.setdefault(sq.group, []).append(sq)
+        keys = list(by_group)
+        batches: list[list[RoleSequence]] = [[]]
+        for k in self.rng.permutation(len(keys)):
+            group = by_group[keys[k]]
+            if batches[-1] and len(batches[-1]) + len(group) > size:
+                batches.append([])
+            batches[-1].extend(group)
+        return batches
+
     def analyse(self, episodes: list[Episode], groups: list[int]) -> dict[str, float]:
         """SEED: the policy analyses one episode per task group (a success if the group has one)
         and the skills go to the library under the task's family and template."""
@@ -339,9 +400,9 @@ class PPOTrainer:
                 chosen[g] = i
         picked = list(chosen.values())[: self.config.analyses_per_iter]
         skills = analyse(
-            self.lm, [self.envs[i].unwrapped.task.prompt for i in picked], [episodes[i] for i in picked]
+            self.lm, [self._task(self.last_options[i]).prompt for i in picked], [episodes[i] for i in picked]
         )
-        family = self.envs[0].unwrapped.family.name
+        family = self.family.name
         for i, skill in zip(picked, skills, strict=True):
             if skill is not None:
                 self.library.add(family, episodes[i].template, skill, episodes[i].success)
@@ -353,11 +414,11 @@ class PPOTrainer:
         extra: dict[str, float] = {}
         agent_seqs = [sq for sq in seqs if sq.group % 2 == 0]  # one per episode, in env order
         if self.config.skill_hints:  # privileged: the env's oracle hint (info["hint"] channel)
-            for sq, env in zip(agent_seqs, self.envs, strict=True):
-                sq.skill_ids = self.lm.turn("skill", env.unwrapped.hint())
+            for sq, opts in zip(agent_seqs, self.last_options, strict=True):
+                sq.skill_ids = self.lm.turn("skill", self._hint(opts))
         if self.config.seed_distill:  # self-evolving: the policy's own best skill for the template
             extra = self.analyse(episodes, groups)
-            family = self.envs[0].unwrapped.family.name
+            family = self.family.name
             for sq, ep in zip(agent_seqs, episodes, strict=True):
                 skill = self.library.best(family, ep.template)
                 sq.skill_ids = self.lm.turn("skill", skill.hint()) if skill else None
@@ -375,6 +436,13 @@ class PPOTrainer:
         }
         self.history.append(row)
         return row
+
+    def close(self) -> None:
+        """Stop the Ray rollout workers, if any, and close the envs."""
+        if self.rollouts is not None:
+            self.rollouts.close()
+        for env in self.envs:
+            env.close()
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -412,6 +480,28 @@ class PPOTrainer:
         trainer.history = state["history"]
         trainer.library = SkillLibrary.from_dict(state["skill_library"])
         return trainer
+
+
+def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
+    """The `n` train-split envs of a config: the real env, or SelfSimEnv with `lm` as its world model."""
+    if config.rehearse == "off":
+        return [gym.make(config.env, split="train", max_turns=config.max_turns) for _ in range(n)]
+    from rehearsal_gym.demos import record_oracle_episodes, result_bank
+    from rehearsal_gym.selfsim import SelfSimEnv
+
+    bank = result_bank(record_oracle_episodes(config.env, range(40)))
+    return [
+        SelfSimEnv(
+            config.env,
+            model=lm,
+            mode=config.rehearse,
+            bank=bank,
+            temperature=config.temperature,
+            split="train",
+            max_turns=config.max_turns,
+        )
+        for _ in range(n)
+    ]
 
 
 def _skill_mask(batch: list[RoleSequence], mask: torch.Tensor) -> torch.Tensor:

@@ -56,16 +56,19 @@ def train(
         initial=trainer.iteration,
         total=config.iterations,
     )
-    for _ in bar:
-        row = trainer.train_iteration()
-        trainer.save(ckpt)  # atomic: a kill leaves the previous complete checkpoint
-        bar.set_postfix(success=f"{row['charts/success']:.2f}", kl=f"{row['losses/approx_kl_ref']:.4f}")
+    try:
+        for _ in bar:
+            row = trainer.train_iteration()
+            trainer.save(ckpt)  # atomic: a kill leaves the previous complete checkpoint
+            bar.set_postfix(success=f"{row['charts/success']:.2f}", kl=f"{row['losses/approx_kl_ref']:.4f}")
+            if writer is not None:
+                for key, value in row.items():
+                    if key != "iteration":
+                        writer.add_scalar(key, value, row["iteration"])
+    finally:
+        trainer.close()
         if writer is not None:
-            for key, value in row.items():
-                if key != "iteration":
-                    writer.add_scalar(key, value, row["iteration"])
-    if writer is not None:
-        writer.close()
+            writer.close()
     after = evaluate(trainer.lm, config.env, eval_tasks)
     log(f"{config.env}: held-out success after PPO {after['success']:.1%} ({after['n']} tasks)")
     _write_progress(trainer.history, out)

@@ -11,9 +11,11 @@ from rehearsal_gym.agents.losses import (
     masked_mean,
     opd_loss,
     policy_loss,
+    reduce_masked,
     teacher_advantage,
     token_gae,
     value_loss,
+    weight_negative,
 )
 
 
@@ -90,6 +92,41 @@ def test_group_advantages():
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
     groups = torch.tensor([0, 0, 1, 1])
     torch.testing.assert_close(group_advantages(rewards, groups), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+
+
+def test_group_advantages_scaled_by_group_std():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1])
+    std = math.sqrt(3) / 4  # population std of (1, 0, 0, 0)
+    expected = torch.tensor([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std, 0.0, 0.0])
+    torch.testing.assert_close(group_advantages(rewards, groups, scale=True, eps=0.0)[:4], expected[:4])
+    assert group_advantages(rewards, groups, scale=True)[4:].abs().max() == 0  # no signal stays no signal
+
+
+def test_weight_negative():
+    adv = torch.tensor([[0.5, -0.5, 0.0, -2.0]])
+    torch.testing.assert_close(weight_negative(adv, 0.25), torch.tensor([[0.5, -0.125, 0.0, -0.5]]))
+    torch.testing.assert_close(weight_negative(adv, 1.0), adv)
+
+
+def test_reductions_hand_computed():
+    x = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]])
+    assert reduce_masked(x, mask, "token").item() == pytest.approx(8 / 5)  # the long row weighs 4x
+    assert reduce_masked(x, mask, "sequence").item() == pytest.approx((1 + 4) / 2)  # empty row left out
+    with pytest.raises(ValueError, match="reduction"):
+        reduce_masked(x, mask, "sum")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=5), st.floats(-3, 3))
+def test_sequence_reduction_of_a_constant_is_the_constant(lengths, c):
+    mask = torch.zeros(len(lengths), 6)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    x = torch.full((len(lengths), 6), c)
+    assert reduce_masked(x, mask, "sequence").item() == pytest.approx(c, abs=1e-5)
+    assert reduce_masked(x, mask, "token").item() == pytest.approx(c, abs=1e-5)
 
 
 def test_opd_gate_and_gradient():

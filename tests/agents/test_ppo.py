@@ -107,11 +107,32 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         ({"lr": 0}, "lr"),
         ({"group_size": 0}, "group_size"),
         ({"kl_coef": float("nan")}, "kl_coef"),
+        ({"loss_reduction": "sum"}, "loss_reduction"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         PPOConfig(**kwargs)
+
+
+def test_group_minibatches_keep_groups_whole(tiny_lm):
+    config = PPOConfig(**{**TINY, "group_minibatches": True, "minibatch_size": 4})
+    trainer = PPOTrainer(config, fresh(tiny_lm))
+    seqs = [RoleSequence([1, 2], [0, 1], [0.0, 0.0], 0.0, g) for g in (0, 0, 2, 2, 2, 4, 6, 6, 6, 6, 6)]
+    batches = trainer._minibatches(seqs)
+    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in seqs)  # each once
+    for b in batches:
+        groups = {s.group for s in b}
+        assert all(sum(s.group == g for s in seqs) == sum(s.group == g for s in b) for g in groups)
+        assert len(b) <= 4 or len(groups) == 1  # only a group larger than a minibatch overflows it
+
+
+def test_sequence_reduction_and_scaled_advantages_train(tiny_lm):
+    config = PPOConfig(
+        **{**TINY, "loss_reduction": "sequence", "scale_advantages": True, "group_minibatches": True}
+    )
+    row = PPOTrainer(config, fresh(tiny_lm)).train_iteration()
+    assert all(map(lambda v: v == v, row.values()))  # finite, no NaN
 
 
 def test_gae_mode_trains_the_value_head(tiny_lm, tmp_path):
