@@ -30,6 +30,7 @@ from rehearsal_gym.skills import SkillLibrary
 from .losses import (
     REDUCTIONS,
     entropy,
+    grounding_loss,
     group_advantages,
     kl_to_reference,
     opd_loss,
@@ -69,6 +70,7 @@ class PPOConfig:
     lambda_opd: float = 0.01  # weight of SEED's on-policy distillation loss
     opd_beta: float = 5.0  # SEED gate sharpness
     train_env_role: bool = True  # EnvACE: also train the environment-role tokens (SelfSim only)
+    grounding_coef: float = 0.0  # EnvACE grounding: NLL of the real result for the env role (wrap mode)
     advantage: str = "group"  # "group" (GRPO-style baseline per task and role) or "gae" (value head)
     scale_advantages: bool = False  # group mode: divide by the group's reward std (GRPO)
     loss_reduction: str = "token"  # "token" (token-mean per minibatch) or "sequence" (mean of sequence means)
@@ -96,6 +98,11 @@ class PPOConfig:
             )
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
+        if self.grounding_coef and self.rehearse != "wrap":
+            raise ValueError(
+                "PPOConfig.grounding_coef needs rehearse='wrap' (the only mode where a call has both an "
+                f"imagined and a real result), got rehearse={self.rehearse!r}"
+            )
         if self.skill_hints and self.seed_distill:
             raise ValueError(
                 "PPOConfig.skill_hints and PPOConfig.seed_distill are exclusive: pick one skill source"
@@ -117,7 +124,15 @@ class PPOConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PPOConfig.{name} must be a positive finite number, got {value!r}")
-        for name in ("kl_coef", "ent_coef", "lambda_opd", "opd_beta", "vf_coef", "negative_weight"):
+        for name in (
+            "kl_coef",
+            "ent_coef",
+            "lambda_opd",
+            "opd_beta",
+            "vf_coef",
+            "negative_weight",
+            "grounding_coef",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"PPOConfig.{name} must be a finite number >= 0, got {value!r}")
@@ -159,6 +174,25 @@ def role_sequences(episodes: list[Episode], groups: list[int], train_env_role: b
                         2 * g + 1,
                     )
                 )
+    return out
+
+
+def grounding_sequences(episodes: list[Episode], lm: LM) -> list[RoleSequence]:
+    """EnvACE grounding targets: for each call that was imagined and also run for real (wrap mode),
+    the environment role's prompt followed by the *real* result, masked to the result tokens."""
+    from rehearsal_gym.envs.base import result_text
+
+    out = []
+    for ep in episodes:
+        for info in ep.infos:
+            role, real = info.get("env_role"), info.get("real_result")
+            if not role or real is None:
+                continue
+            prompt = list(role["prompt_ids"])
+            target = lm.encode(result_text(real)) + [lm.end_id]
+            if len(prompt) + len(target) > lm.max_len:
+                continue  # never cut silently: an overlong target is skipped
+            out.append(RoleSequence(prompt + target, [0] * len(prompt) + [1] * len(target), [], 0.0, -1))
     return out
 
 
@@ -298,8 +332,11 @@ class PPOTrainer:
             out[i, : len(sq.ids) - 1] = lp[n : n + len(sq.ids) - 1]
         return out
 
-    def update(self, seqs: list[RoleSequence]) -> dict[str, float]:
-        """Minibatch epochs of clipped surrogate + KL (- entropy, + value loss) over the role tokens."""
+    def update(
+        self, seqs: list[RoleSequence], grounding: list[RoleSequence] | None = None
+    ) -> dict[str, float]:
+        """Minibatch epochs of clipped surrogate + KL (- entropy, + value loss) over the role tokens;
+        with `grounding` (and `grounding_coef` > 0) also the NLL of real results for the env role."""
         self.advantages(seqs)
         gae = self.config.advantage == "gae"
         stats: dict[str, list[float]] = {
@@ -308,6 +345,7 @@ class PPOTrainer:
             "clip_frac": [],
             "value_loss": [],
             "opd_loss": [],
+            "grounding_loss": [],
         }
         self.lm.model.train()
         for _ in range(self.config.epochs):
@@ -367,8 +405,37 @@ class PPOTrainer:
                 stats["policy_loss"].append(pl.item())
                 stats["approx_kl_ref"].append(kl.item())
                 stats["clip_frac"].append(clip_frac.item())
+            if grounding and self.config.grounding_coef:
+                for start in range(0, len(grounding), self.config.minibatch_size):
+                    stats["grounding_loss"].append(
+                        self._grounding_step(grounding[start : start + self.config.minibatch_size])
+                    )
         self.lm.model.eval()
         return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+
+    def grounding_batch_loss(self, batch: list[RoleSequence]) -> torch.Tensor:
+        """NLL of the real results in `batch` under the current env role (teacher forcing)."""
+        width = max(len(s.ids) for s in batch)
+        ids = torch.full((len(batch), width), self.lm.pad_id, dtype=torch.long)
+        attn, mask = torch.zeros_like(ids), torch.zeros_like(ids)
+        for i, s in enumerate(batch):
+            ids[i, : len(s.ids)], attn[i, : len(s.ids)] = torch.as_tensor(s.ids), 1
+            mask[i, : len(s.ids)] = torch.as_tensor(s.mask)
+        logits = self.lm.model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        return grounding_loss(token_logprobs(logits, ids[:, 1:]), mask[:, 1:])
+
+    def _grounding_step(self, batch: list[RoleSequence]) -> float:
+        """One optimizer step on `grounding_coef` * the grounding NLL."""
+        loss = self.grounding_batch_loss(batch)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"grounding loss is {loss.item()} at iteration {self.iteration}; the last checkpoint is kept"
+            )
+        self.opt.zero_grad(set_to_none=True)
+        (self.config.grounding_coef * loss).backward()
+        torch.nn.utils.clip_grad_norm_(self.lm.model.parameters(), self.config.max_grad_norm)
+        self.opt.step()
+        return loss.item()
 
     def _minibatches(self, seqs: list[RoleSequence]) -> list[list[RoleSequence]]:
         """One epoch's minibatches in a random order. With `group_minibatches`, whole task groups
@@ -423,7 +490,8 @@ class PPOTrainer:
                 skill = self.library.best(family, ep.template)
                 sq.skill_ids = self.lm.turn("skill", skill.hint()) if skill else None
             extra["charts/library_size"] = float(len(self.library))
-        stats = self.update(seqs)
+        grounding = grounding_sequences(episodes, self.lm) if self.config.grounding_coef else []
+        stats = self.update(seqs, grounding)
         self.iteration += 1
         row = {
             "iteration": self.iteration,
@@ -434,6 +502,9 @@ class PPOTrainer:
             **extra,
             **{f"losses/{k}": v for k, v in stats.items()},
         }
+        if self.config.rehearse == "wrap":  # imagined results checked against the real tool
+            row["charts/fidelity"] = _mean_fidelity(episodes)
+            row["charts/grounding_targets"] = float(len(grounding))
         self.history.append(row)
         return row
 
@@ -502,6 +573,14 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
         )
         for _ in range(n)
     ]
+
+
+def _mean_fidelity(episodes: list[Episode]) -> float:
+    """Mean field accuracy of imagined results checked against the real tool (wrap mode); NaN if none."""
+    scores = [
+        info["fidelity"]["field_accuracy"] for ep in episodes for info in ep.infos if "fidelity" in info
+    ]
+    return float(np.mean(scores)) if scores else float("nan")
 
 
 def _skill_mask(batch: list[RoleSequence], mask: torch.Tensor) -> torch.Tensor:

@@ -220,7 +220,8 @@ def to_observation(text: str) -> str:
 
 
 def result_text(result: Mapping[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=True)
+    """The JSON text of a tool result (a dict or an info `Record`)."""
+    return json.dumps(result if isinstance(result, dict) else dict(result), ensure_ascii=True)
 
 
 class ToolEnv(gym.Env[str, str]):

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rehearsal_gym.agents.losses import (
     entropy,
+    grounding_loss,
     group_advantages,
     kl_to_reference,
     masked_mean,
@@ -101,6 +102,12 @@ def test_group_advantages_scaled_by_group_std():
     expected = torch.tensor([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std, 0.0, 0.0])
     torch.testing.assert_close(group_advantages(rewards, groups, scale=True, eps=0.0)[:4], expected[:4])
     assert group_advantages(rewards, groups, scale=True)[4:].abs().max() == 0  # no signal stays no signal
+
+
+def test_grounding_loss_is_the_masked_nll():
+    logp = torch.tensor([[math.log(0.5), math.log(0.25), math.log(0.1)]])
+    mask = torch.tensor([[0, 1, 1]])
+    assert grounding_loss(logp, mask).item() == pytest.approx((math.log(4) + math.log(10)) / 2)
 
 
 def test_weight_negative():

@@ -2,7 +2,14 @@ import copy
 
 import pytest
 import torch
-from rehearsal_gym.agents.ppo import NonFiniteLossError, PPOConfig, PPOTrainer, RoleSequence, role_sequences
+from rehearsal_gym.agents.ppo import (
+    NonFiniteLossError,
+    PPOConfig,
+    PPOTrainer,
+    RoleSequence,
+    grounding_sequences,
+    role_sequences,
+)
 
 import rehearsal_gym.rollout as rollout
 from rehearsal_gym.model import LM
@@ -108,11 +115,46 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         ({"group_size": 0}, "group_size"),
         ({"kl_coef": float("nan")}, "kl_coef"),
         ({"loss_reduction": "sum"}, "loss_reduction"),
+        ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         PPOConfig(**kwargs)
+
+
+def test_grounding_trains_the_env_role_on_real_results(tiny_lm):
+    from rehearsal_gym.envs.base import result_text
+
+    config = PPOConfig(**{**TINY, "rehearse": "wrap", "grounding_coef": 1.0, "max_turns": 3})
+    trainer = PPOTrainer(config, fresh(tiny_lm))
+    episodes = []
+    for k, env in enumerate(trainer.envs):  # oracle calls: the untrained tiny model rarely makes one
+        env.reset(options={"task_index": k})
+        ep = rollout.Episode(env.unwrapped.task.task_id, env.unwrapped.task.template)
+        for turn in env.unwrapped.oracle_turns():
+            *_, terminated, truncated, info = env.step(turn)
+            ep.infos.append(info)
+            if terminated or truncated:
+                break
+        episodes.append(ep)
+    seqs = grounding_sequences(episodes, trainer.lm)
+    reals = [info["real_result"] for ep in episodes for info in ep.infos if "env_role" in info]
+    assert seqs and len(seqs) == len(reals)
+    for sq, real in zip(seqs, reals, strict=True):  # targets are the real results, exactly
+        target = [t for t, m in zip(sq.ids, sq.mask, strict=True) if m]
+        assert target == trainer.lm.encode(result_text(real)) + [trainer.lm.end_id]
+
+    def nll():
+        with torch.no_grad():
+            return trainer.grounding_batch_loss(seqs).item()
+
+    before = nll()
+    for _ in range(5):
+        trainer._grounding_step(seqs[:4])
+    assert nll() < before
+    row = trainer.train_iteration()
+    assert row["charts/grounding_targets"] >= 0 and row["losses/grounding_loss"] >= 0
 
 
 def test_group_minibatches_keep_groups_whole(tiny_lm):
