@@ -57,6 +57,9 @@ class PPOConfig:
     epochs: int = 2  # passes over each round's sequences
     minibatch_size: int = 8  # sequences per optimizer step
     lr: float = 2e-5  # AdamW learning rate (a tiny model drifts fast: keep it small)
+    warmup_iterations: int = (
+        0  # linear learning-rate warm-up over the first iterations (Adam's first steps are its largest)
+    )
     clip: float = 0.2  # PPO ratio clip
     kl_coef: float = 0.01  # KL(policy || frozen reference) coefficient (SEED's reference value)
     ent_coef: float = 0.0  # entropy bonus
@@ -118,6 +121,10 @@ class PPOConfig:
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PPOConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if not isinstance(self.warmup_iterations, int) or self.warmup_iterations < 0:
+            raise ValueError(
+                f"PPOConfig.warmup_iterations must be an int >= 0, got {self.warmup_iterations!r}"
+            )
         if not isinstance(self.rollout_workers, int) or self.rollout_workers < 0:
             raise ValueError(f"PPOConfig.rollout_workers must be an int >= 0, got {self.rollout_workers!r}")
         for name in ("lr", "clip", "temperature", "max_grad_norm", "rollout_timeout_s"):
@@ -338,6 +345,8 @@ class PPOTrainer:
         """Minibatch epochs of clipped surrogate + KL (- entropy, + value loss) over the role tokens;
         with `grounding` (and `grounding_coef` > 0) also the NLL of real results for the env role."""
         self.advantages(seqs)
+        for group in self.opt.param_groups:  # a pure function of the iteration: resumes exactly
+            group["lr"] = self.learning_rate()
         gae = self.config.advantage == "gae"
         stats: dict[str, list[float]] = {
             "policy_loss": [],
@@ -412,6 +421,12 @@ class PPOTrainer:
                     )
         self.lm.model.eval()
         return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+
+    def learning_rate(self) -> float:
+        """The learning rate of the current iteration (linear warm-up, then constant)."""
+        if self.config.warmup_iterations and self.iteration < self.config.warmup_iterations:
+            return self.config.lr * (self.iteration + 1) / (self.config.warmup_iterations + 1)
+        return self.config.lr
 
     def grounding_batch_loss(self, batch: list[RoleSequence]) -> torch.Tensor:
         """NLL of the real results in `batch` under the current env role (teacher forcing)."""

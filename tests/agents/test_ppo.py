@@ -115,6 +115,7 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         ({"group_size": 0}, "group_size"),
         ({"kl_coef": float("nan")}, "kl_coef"),
         ({"loss_reduction": "sum"}, "loss_reduction"),
+        ({"warmup_iterations": -1}, "warmup_iterations"),
         ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
     ],
 )
@@ -155,6 +156,18 @@ def test_grounding_trains_the_env_role_on_real_results(tiny_lm):
     assert nll() < before
     row = trainer.train_iteration()
     assert row["charts/grounding_targets"] >= 0 and row["losses/grounding_loss"] >= 0
+
+
+def test_learning_rate_warms_up_linearly(tiny_lm):
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "lr": 1e-3, "warmup_iterations": 3}), fresh(tiny_lm))
+    rates = []
+    for it in range(5):
+        trainer.iteration = it
+        rates.append(trainer.learning_rate())
+    assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    trainer.iteration = 0
+    trainer.train_iteration()
+    assert trainer.opt.param_groups[0]["lr"] == pytest.approx(2.5e-4)
 
 
 def test_group_minibatches_keep_groups_whole(tiny_lm):
