@@ -25,6 +25,7 @@ from rehearsal_gym.atomic import atomic_directory, recover
 from rehearsal_gym.model import LM
 from rehearsal_gym.rollout import Episode, run_episodes
 from rehearsal_gym.sampling import token_logprobs
+from rehearsal_gym.selfsim import VERIFIERS
 from rehearsal_gym.skills import SkillLibrary
 
 from .losses import (
@@ -51,6 +52,7 @@ class PPOConfig:
 
     env: str = "ToolCall-v0"  # real env id whose train split gives the tasks
     rehearse: str = "off"  # "off" = real env; else the SelfSimEnv mode ("replace", "wrap", "mixed")
+    rehearsal_verifier: str = "real"  # SelfSimEnv verifier: "real" or "consistent" (world the agent saw)
     iterations: int = 20  # collect/update rounds
     tasks_per_iter: int = 8  # distinct train tasks per round
     group_size: int = 4  # episodes per task (the group baseline averages over them)
@@ -101,6 +103,10 @@ class PPOConfig:
             )
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
+        if self.rehearsal_verifier not in VERIFIERS:
+            raise ValueError(
+                f"PPOConfig.rehearsal_verifier must be one of {VERIFIERS}, got {self.rehearsal_verifier!r}"
+            )
         if self.grounding_coef and self.rehearse != "wrap":
             raise ValueError(
                 "PPOConfig.grounding_coef needs rehearse='wrap' (the only mode where a call has both an "
@@ -583,6 +589,7 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
             mode=config.rehearse,
             bank=bank,
             temperature=config.temperature,
+            verifier=config.rehearsal_verifier,
             split="train",
             max_turns=config.max_turns,
         )

@@ -133,8 +133,8 @@ class Family(ABC):
         finally:
             backend.close()
 
-    def expected_outcome(self, task: Task) -> tuple[Any, str]:
-        """Goal state and answer: the oracle's turns replayed on a fresh backend."""
+    def oracle_plan(self, task: Task) -> tuple[list[ToolCall], str]:
+        """The oracle's calls and final answer, parsed."""
         calls, answer = [], ""
         for turn in self.oracle(task):
             parsed = parse_turn(turn, self.tools)
@@ -144,6 +144,19 @@ class Family(ABC):
                 calls.append(parsed)
             else:
                 answer = parsed.text
+        return calls, answer
+
+    def oracle_trace(self, task: Task) -> list[tuple[ToolCall, dict[str, Any]]]:
+        """The oracle's calls with the real results they get on a fresh backend."""
+        backend = self.make_backend(task)
+        try:
+            return [(call, execute(backend, call)) for call in self.oracle_plan(task)[0]]
+        finally:
+            backend.close()
+
+    def expected_outcome(self, task: Task) -> tuple[Any, str]:
+        """Goal state and answer: the oracle's turns replayed on a fresh backend."""
+        calls, answer = self.oracle_plan(task)
         return self.replay(task, calls), answer
 
     def check_answer(self, task: Task, answer: str, expected: str) -> bool:

@@ -15,7 +15,16 @@ import numpy as np
 from .defaults import REAL_ENV_IDS
 
 # the demo's PPO run (see README "Measured results" for how these were chosen)
-DEMO_PPO = {"env": "Finance-v0", "iterations": 60, "lr": 1e-4, "temperature": 0.7, "negative_weight": 0.0}
+DEMO_PPO = {
+    "env": "ToolCall-v0",
+    "iterations": 30,
+    "tasks_per_iter": 16,
+    "group_size": 8,
+    "minibatch_size": 32,
+    "lr": 1e-4,
+    "temperature": 0.7,
+    "negative_weight": 0.0,
+}
 
 
 def _oracle_policy():
@@ -87,7 +96,8 @@ def _demo_ppo(lm, args: argparse.Namespace) -> None:
     )
     out = Path(args.out) / "ppo"
     print(
-        f"\nPPO on {config.env} ({config.iterations} iterations, lr {config.lr:g}, temperature {config.temperature:g})\n"
+        f"\nPPO on {config.env} ({config.iterations} iterations of {config.tasks_per_iter} tasks x "
+        f"{config.group_size} samples, lr {config.lr:g}, temperature {config.temperature:g})\n"
     )
     result = train(config, lm, out, eval_tasks=args.ppo_eval_tasks, progress=not args.quiet)
     print(
@@ -243,10 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help=cmd_train.__doc__)
     from .agents.losses import REDUCTIONS
     from .agents.ppo import ADVANTAGES, REHEARSE_MODES, PPOConfig
+    from .selfsim import VERIFIERS
 
     choices = {
         "env": REAL_ENV_IDS,
         "rehearse": REHEARSE_MODES,
+        "rehearsal_verifier": VERIFIERS,
         "advantage": ADVANTAGES,
         "loss_reduction": REDUCTIONS,
     }

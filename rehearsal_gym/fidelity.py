@@ -2,8 +2,9 @@
 
 Per family: the same policy plays held-out tasks (1) in SelfSimEnv's wrap mode, where it sees
 imagined results while the real tool also runs, giving per-call exact match, field accuracy and
-hallucinated-field rate, and the success the policy *believes* in rehearsal; (2) in the real env.
-The rehearsal gap is success in rehearsal minus success in the real env.
+hallucinated-field rate, and success in rehearsal under both verifiers (the real one, and the
+consistent one that scores the agent in the world it was shown); (2) in the real env. The rehearsal
+gap is success in rehearsal (consistent verifier) minus success in the real env.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ def measure_fidelity(
     lm: LM, base: str, n_tasks: int, *, split: str = "test", batch_size: int = 16
 ) -> dict[str, Any]:
     """Fidelity metrics and rehearsal gap of `lm` (as agent and environment role) on one family."""
-    envs = [SelfSimEnv(base, model=lm, mode="wrap", split=split) for _ in range(min(batch_size, n_tasks))]
+    envs = [
+        SelfSimEnv(base, model=lm, mode="wrap", split=split, verifier="consistent")
+        for _ in range(min(batch_size, n_tasks))
+    ]
     per_call: list[dict[str, float]] = []
-    invalid, imagined, successes = 0, 0, []
+    invalid, imagined, successes, real_verifier = 0, 0, [], []
     for start in range(0, n_tasks, len(envs)):
         idx = list(range(start, min(start + len(envs), n_tasks)))
         for ep in run_episodes(lm, envs[: len(idx)], [{"task_index": i} for i in idx], seed=start):
             successes.append(ep.success)
+            real_verifier.append(bool(ep.infos and ep.infos[-1].get("real_verifier_success", False)))
             for info in ep.infos:
                 if info.get("imagined"):
                     imagined += 1
@@ -49,7 +54,8 @@ def measure_fidelity(
         "exact match": mean("exact"),
         "field accuracy": mean("field_accuracy"),
         "hallucinated fields": mean("hallucinated_fields"),
-        "success in rehearsal": rehearsed,
+        "success in rehearsal, real verifier": float(np.mean(real_verifier)) if real_verifier else 0.0,
+        "success in rehearsal, consistent verifier": rehearsed,
         "success in real env": real,
         "rehearsal gap": rehearsed - real,
     }

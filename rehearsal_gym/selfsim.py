@@ -8,6 +8,7 @@ ends with reward 0 and ``info["error"]`` says why.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import torch
 
 from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
 
+from .consistency import consistent_answer, replan
 from .demos import record_oracle_episodes, result_bank
 from .model import LM
 from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
@@ -27,6 +29,7 @@ from .roles import ResultBank, env_role_prompt
 from .sampling import Samples, sample
 
 MODES = ("replace", "wrap", "mixed")
+VERIFIERS = ("real", "consistent")
 
 
 def result_error(text: str, shapes: set[frozenset[str]]) -> tuple[dict[str, Any] | None, str | None]:
@@ -124,8 +127,12 @@ class SelfSimEnv(ToolEnv):
     ``info["error"]``) when the environment role writes an unusable result.
 
     ## Reward
-    The base env's verifier applied to the agent's calls and answer: the calls are replayed on a
-    fresh backend at the end, so a rehearsed and a real episode are scored the same way.
+    verifier="real" (default): the base env's verifier applied to the agent's calls and answer;
+    the calls are replayed on a fresh backend at the end, so a rehearsed and a real episode are
+    scored the same way. verifier="consistent": the same verifier, but the expected answer and
+    state are the oracle's re-planned in the world the agent saw (a price the agent was shown is
+    the price it must report; see `rehearsal_gym.consistency`), so an imagined value the real
+    world does not share does not fail an agent that acted correctly on it.
 
     ## Arguments
     base: id of a real env ("ToolCall-v0", "Retail-v0", "Finance-v0").
@@ -142,6 +149,7 @@ class SelfSimEnv(ToolEnv):
     n_samples: environment-role samples per call; with more than one, ``info["uncertainty"]``
         is the share of samples that disagree with the one used.
     max_result_tokens, temperature: environment-role sampling.
+    verifier: "real" or "consistent" (see Reward).
     Other arguments as the base env.
 
     ## Info (per call)
@@ -162,10 +170,13 @@ class SelfSimEnv(ToolEnv):
         bank_tasks: int = 40,
         bank: ResultBank | None = None,
         cache: ImaginationCache | None = None,
+        verifier: str = "real",
         **base_kwargs: Any,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if verifier not in VERIFIERS:
+            raise ValueError(f"verifier must be one of {VERIFIERS}, got {verifier!r}")
         if not 0.0 <= p_real <= 1.0:
             raise ValueError(f"p_real must be in [0, 1], got {p_real!r}")
         for name, value in (("n_samples", n_samples), ("max_result_tokens", max_result_tokens)):
@@ -181,7 +192,9 @@ class SelfSimEnv(ToolEnv):
             raise ValueError(f"base must be the id of a real tool env, got {base!r}")
         self.family = base_cls.family
         super().__init__(**base_kwargs)
-        self.base_id, self.mode, self.p_real = base, mode, p_real
+        self.base_id, self.mode, self.p_real, self.verifier = base, mode, p_real, verifier
+        # the agent's calls and the results it was shown (what the consistent verifier re-plans on)
+        self.seen: list[tuple[ToolCall, dict[str, Any]]] = []
         self.n_examples, self.n_samples = n_examples, n_samples
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
         self.lm = _resolve_model(model)
@@ -190,6 +203,7 @@ class SelfSimEnv(ToolEnv):
         self.bank = bank
         self.cache = cache
         self._pending: dict[str, Any] = {}
+        self._real_verdict: bool | None = None
 
     # -- where a tool call is answered ------------------------------------------------------------
     def run_tool(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
@@ -199,8 +213,11 @@ class SelfSimEnv(ToolEnv):
             real = execute(self.backend, call)
             self.bank.add(call, result_text(real))
             info["imagined"] = False
+            self.seen.append((call, real))
             return real
         imagined = self.imagine(call, plan, info)
+        if imagined is not None:
+            self.seen.append((call, imagined))
         info["imagined"] = True
         if self.mode == "wrap":
             real = execute(self.backend, call)
@@ -285,6 +302,7 @@ class SelfSimEnv(ToolEnv):
         of the same task (with ``options["task"]``) starts the rehearsal from that real state
         (branched rehearsal): the prefix is taken as given, later steps are imagined."""
         self._pending = {}
+        self.seen = []
         options = dict(options or {})
         history = options.pop("history", None)
         obs, info = super().reset(seed=seed, options=options)
@@ -304,6 +322,7 @@ class SelfSimEnv(ToolEnv):
                 call = parse_turn(action, self.tools)
                 if isinstance(call, ToolCall):
                     self.calls.append(call)
+                    self.seen.append((call, _json_object(observation)))
                     if self.mode != "replace":
                         execute(self.backend, call)
             obs = self.transcript[-1][1]
@@ -313,6 +332,41 @@ class SelfSimEnv(ToolEnv):
     def final_state(self) -> Any:
         """Replay the agent's calls on a fresh backend: rehearsed episodes are scored like real ones."""
         return self.family.replay(self.task, self.calls)
+
+    def step(self, action: str):
+        self._real_verdict = None
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self._real_verdict is not None:
+            info["real_verifier_success"] = self._real_verdict
+        return obs, reward, terminated, truncated, info
+
+    def verify(self, answer: str) -> bool:
+        """The real verifier, or (verifier="consistent") its expectation re-planned in the world
+        the agent saw; ``info["expected_answer"]`` then reports the re-planned answer and
+        ``info["real_verifier_success"]`` what the real verifier says."""
+        if self.verifier == "consistent":
+            self._real_verdict = super().verify(answer)
+            plan = replan(self.family.oracle_trace(self.task), self.seen, self.task.prompt)
+            if plan is not None:
+                calls, mapping = plan
+                key, expected = consistent_answer(
+                    self.task.answer_kind, self.task.answer_key, self._expected_answer, mapping
+                )
+                self._expected_answer = expected
+                task = dataclasses.replace(self.task, answer_key=key)
+                goal = self.family.replay(self.task, calls)
+                return self.family.state_matches(self.final_state(), goal) and self.family.check_answer(
+                    task, answer, expected
+                )
+        return super().verify(answer)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _canonical(text: str) -> str:

@@ -38,12 +38,13 @@ class WarmStartConfig:
 
     envs: tuple[str, ...] = REAL_ENV_IDS  # real envs whose train split gives the demonstrations
     tasks_per_env: int = 1500  # oracle episodes per env
-    env_role_fraction: float = 0.5  # share of episodes that also give one environment-role example
+    env_role_fraction: float = 1.0  # share of the demos' calls also given as environment-role examples
+    env_role_examples: int = 2  # real results in an environment-role prompt (SelfSimEnv's n_examples)
     copy_drills: int = 20000  # short synthetic copy exercises (values from the demos)
     drill_steps: int = 1500  # first steps train on copy drills only (forms the copying circuit)
     drill_batch_size: int = 32  # sequences per drill step (drills are short)
     drill_every: int = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
-    steps: int = 2400  # optimizer steps after the drill steps
+    steps: int = 3000  # optimizer steps after the drill steps
     batch_size: int = 16  # sequences per step
     lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
     warmup: int = 60  # warmup steps
@@ -56,7 +57,7 @@ class WarmStartConfig:
             raise ValueError(
                 f"WarmStartConfig.env_role_fraction must be in [0, 1], got {self.env_role_fraction!r}"
             )
-        for name in ("copy_drills", "drill_steps", "drill_every"):
+        for name in ("copy_drills", "drill_steps", "drill_every", "env_role_examples"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
         if (self.drill_steps or self.drill_every) and self.copy_drills < len(self.envs):
@@ -91,9 +92,9 @@ def build_examples(lm: LM, config: WarmStartConfig) -> tuple[list[Example], list
         drills += copy_drills(lm, demos, config.copy_drills // len(config.envs), rng)
         bank = result_bank(demos)
         for demo in demos:
-            if demo.call_turns and rng.random() < config.env_role_fraction:
-                pairs = env_role_prompts(demo, bank, rng)
-                examples.append(env_role_sequence(lm, *pairs[int(rng.integers(len(pairs)))]))
+            for prompt, result in env_role_prompts(demo, bank, rng, k=config.env_role_examples):
+                if rng.random() < config.env_role_fraction:
+                    examples.append(env_role_sequence(lm, prompt, result))
     too_long = [len(ids) for ids, _ in examples if len(ids) > lm.max_len]
     if too_long:
         raise ValueError(f"{len(too_long)} demonstrations exceed the context of {lm.max_len} tokens")

@@ -88,7 +88,13 @@ def test_fuzz_real_envs(env_id):
 
 def test_fuzz_selfsim(tiny_lm):
     env = gym.make(
-        "SelfSim-v0", base="Retail-v0", model=tiny_lm, max_result_tokens=8, bank_tasks=3, max_turns=1000
+        "SelfSim-v0",
+        base="Retail-v0",
+        model=tiny_lm,
+        max_result_tokens=8,
+        bank_tasks=3,
+        max_turns=1000,
+        verifier="consistent",  # runs the real verifier too
     )
     env.reset(seed=0)
 

@@ -1,0 +1,125 @@
+"""Scoring a rehearsed episode in the world the agent saw ("consistent" verifier).
+
+In a rehearsal the tool results are imagined, so a value the task asks for (a price, a sum, an
+order's status) is usually not the real one: the real verifier then fails an agent that did
+everything right but copy a number it was never shown. The consistent verifier asks instead what
+the oracle would have done had the tools answered as they did for the agent:
+
+1. The oracle's calls are replayed on the real backend, giving its real results.
+2. Walking those calls in order, each one must have been made by the agent (same tool, same
+   arguments) after argument values that came from an earlier result are replaced by the value the
+   agent was shown in that place. The shown result of that call then maps each real result value
+   to the shown one (by position in the result, nested lists and objects included).
+3. The expected answer is the real one with that mapping applied (a number or keyword that came
+   from a result is replaced by the shown value); the expected state is the re-planned calls
+   replayed on the real backend.
+
+If the agent did not make one of the re-planned calls, the real expectation stands. A value is
+only taken as coming from a result when it is not written in the request (so a number the user
+gave never follows an imagined result). The mapping is by value, so two different result fields
+with the same real value share one mapping; that is the price of needing no per-task dataflow.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from .protocol import ToolCall
+
+_NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
+
+Trace = Sequence[tuple[ToolCall, Mapping[str, Any]]]
+
+
+def leaves(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """(path, scalar) for every scalar inside nested dicts and lists."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from leaves(v, (*path, i))
+    else:
+        yield path, value
+
+
+def value_key(value: Any) -> tuple[str, Any] | None:
+    """A comparable key for a scalar (numbers by value, strings case-folded); None for others."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return ("number", round(float(value), 6)) if math.isfinite(value) else None
+    if isinstance(value, str):
+        return ("text", value.strip().casefold())
+    return None
+
+
+def in_request(value: Any, request: str) -> bool:
+    """Whether a scalar is written in the request (such a value never comes from a result)."""
+    if isinstance(value, str):
+        return bool(value.strip()) and value.strip().casefold() in request.casefold()
+    key = value_key(value)
+    if key is None:
+        return False
+    return any(math.isclose(float(m), key[1], abs_tol=1e-9) for m in _NUMBER_RE.findall(request))
+
+
+def replan(oracle: Trace, seen: Trace, request: str) -> tuple[list[ToolCall], dict] | None:
+    """The oracle's calls re-planned in the world the agent saw, and the real -> shown value map.
+
+    `oracle`: the oracle's calls with their real results; `seen`: the agent's calls with the
+    results it was shown. None if the agent did not make one of the re-planned calls.
+    """
+    mapping: dict[tuple[str, Any], Any] = {}
+    calls = []
+    for call, real in oracle:
+        args = {k: substitute(v, mapping) for k, v in call.arguments.items()}
+        planned = ToolCall(call.name, args)
+        shown = next((result for made, result in seen if made == planned), None)
+        if shown is None:
+            return None
+        calls.append(planned)
+        shown_leaves = dict(leaves(shown))
+        for path, value in leaves(real):
+            key = value_key(value)
+            if key is None or path not in shown_leaves or in_request(value, request):
+                continue
+            if key not in mapping:  # the first result a value appears in is its source
+                mapping[key] = shown_leaves[path]
+    return calls, mapping
+
+
+def substitute(value: Any, mapping: Mapping[tuple[str, Any], Any]) -> Any:
+    """`value` with the real -> shown map applied to it and to the scalars inside it."""
+    if isinstance(value, Mapping):
+        return {k: substitute(v, mapping) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, mapping) for v in value]
+    key = value_key(value)
+    shown = mapping.get(key) if key is not None else None
+    return value if shown is None or value_key(shown) == key else shown  # same value: keep its spelling
+
+
+def consistent_answer(answer_kind: str, answer_key: str, expected: str, mapping: Mapping) -> tuple[str, str]:
+    """(answer_key, expected answer) with values that came from a result replaced by the shown ones.
+
+    Number answers: the first number of the expected answer. Keyword answers: the keyword.
+    """
+    if answer_kind == "keyword":
+        shown = mapping.get(value_key(answer_key))
+        return (str(shown), expected) if shown is not None else (answer_key, expected)
+    if answer_kind == "number":
+        match = _NUMBER_RE.search(expected)
+        if match is not None:
+            want = float(match.group())
+            close = [
+                (abs(real - want), shown)
+                for (kind, real), shown in mapping.items()
+                if kind == "number" and math.isclose(real, want, rel_tol=1e-3, abs_tol=1e-3)
+            ]
+            if close:
+                return answer_key, str(min(close, key=lambda c: c[0])[1])
+    return answer_key, expected

@@ -1,0 +1,159 @@
+"""The consistent verifier: the oracle's expectation re-planned in the world the agent saw."""
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rehearsal_gym.consistency import consistent_answer, replan, substitute, value_key
+from rehearsal_gym.protocol import ToolCall, format_answer, format_call
+from rehearsal_gym.selfsim import SelfSimEnv
+
+CHAIN_REQUEST = "Add 87 and 90, multiply the sum by 5, then take 6% of that."
+CHAIN = [
+    (ToolCall("add", {"a": 87, "b": 90}), {"result": 177}),
+    (ToolCall("multiply", {"a": 177, "b": 5}), {"result": 885}),
+    (ToolCall("percent_of", {"percent": 6, "value": 885}), {"result": 53.1}),
+]
+
+
+def test_chain_follows_the_shown_values():
+    seen = [
+        (ToolCall("add", {"a": 87, "b": 90}), {"result": 150}),
+        (ToolCall("multiply", {"a": 150, "b": 5}), {"result": 700}),
+        (ToolCall("percent_of", {"percent": 6, "value": 700}), {"result": 42}),
+    ]
+    calls, mapping = replan(CHAIN, seen, CHAIN_REQUEST)
+    assert [c.arguments for c in calls] == [
+        {"a": 87, "b": 90},
+        {"a": 150, "b": 5},
+        {"percent": 6, "value": 700},
+    ]
+    assert consistent_answer("number", "", "53.1", mapping) == ("", "42")
+
+
+def test_agent_that_skipped_a_replanned_call_keeps_the_real_expectation():
+    seen = [
+        (ToolCall("add", {"a": 87, "b": 90}), {"result": 150}),
+        (ToolCall("multiply", {"a": 177, "b": 5}), {"result": 885}),  # used the real sum, not the shown one
+    ]
+    assert replan(CHAIN, seen, CHAIN_REQUEST) is None
+
+
+def test_values_written_in_the_request_never_follow_a_result():
+    # the real sum equals a number of the request: it must not be remapped
+    oracle = [
+        (ToolCall("add", {"a": 2, "b": 3}), {"result": 5}),
+        (ToolCall("multiply", {"a": 5, "b": 5}), {"result": 25}),
+    ]
+    seen = [
+        (ToolCall("add", {"a": 2, "b": 3}), {"result": 7}),
+        (ToolCall("multiply", {"a": 5, "b": 5}), {"result": 26}),
+    ]
+    calls, mapping = replan(oracle, seen, "Add 2 and 3, then multiply by 5.")
+    assert calls[1].arguments == {"a": 5, "b": 5}
+    assert consistent_answer("number", "", "25", mapping) == ("", "26")
+
+
+def test_keyword_answers_and_nested_results():
+    oracle = [
+        (
+            ToolCall("get_order", {"order_id": "O1"}),
+            {"order_id": "O1", "status": "processing", "items": [{"price": 49}]},
+        )
+    ]
+    seen = [
+        (
+            ToolCall("get_order", {"order_id": "O1"}),
+            {"order_id": "O1", "status": "pending", "items": [{"price": 12}]},
+        )
+    ]
+    _, mapping = replan(oracle, seen, "What is the status of order O1?")
+    assert consistent_answer("keyword", "processing", "Order O1 is processing.", mapping)[0] == "pending"
+    assert consistent_answer("number", "", "49", mapping) == ("", "12")
+    assert consistent_answer("any", "", "ok", mapping) == ("", "ok")
+
+
+scalars = st.one_of(
+    st.integers(-10_000, 10_000),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+results = st.dictionaries(
+    st.sampled_from("abcde"), st.one_of(scalars, st.lists(scalars, max_size=3)), max_size=4
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("xyz"), scalars, max_size=3), results), max_size=4))
+def test_the_real_world_maps_to_itself(trace):
+    """Shown results equal to the real ones: the re-planned calls and answers are the real ones."""
+    oracle = [(ToolCall(f"tool{i}", args), result) for i, (args, result) in enumerate(trace)]
+    calls, mapping = replan(oracle, oracle, "request")
+    assert calls == [c for c, _ in oracle]
+    assert all(value_key(shown) == key for key, shown in mapping.items())
+    for _, result in oracle:
+        assert substitute(result, mapping) == result
+
+
+def _task_index(env_id: str, template: str) -> int:
+    family = gym.make(env_id).unwrapped.family
+    return next(i for i in range(500) if family.task("train", i).template == template)
+
+
+@pytest.mark.parametrize("verifier", ["real", "consistent"])
+def test_selfsim_scores_the_shown_price(tiny_lm, verifier):
+    env = SelfSimEnv("Finance-v0", model=tiny_lm, verifier=verifier, split="train", bank_tasks=4)
+    index = _task_index("Finance-v0", "price")
+    task = env.family.task("train", index)
+    ((call, real),) = env.family.oracle_trace(task)
+    shown = {**real, "close": round(real["close"] + 11.0, 2)}
+    history = [(format_call(call.name, call.arguments), json_text(shown))]
+    for answer, want in ((shown["close"], verifier == "consistent"), (real["close"], verifier == "real")):
+        env.reset(options={"task": task, "history": history})
+        _, reward, terminated, _, info = env.step(format_answer(str(answer)))
+        assert terminated and info["success"] is want and reward == float(want)
+        assert info["expected_answer"] == str(shown["close"] if verifier == "consistent" else real["close"])
+        if verifier == "consistent":  # what the real verifier says is reported alongside
+            assert info["real_verifier_success"] is (answer == real["close"])
+        else:
+            assert "real_verifier_success" not in info
+
+
+def test_selfsim_consistent_chain_and_wrong_arguments(tiny_lm):
+    env = SelfSimEnv("ToolCall-v0", model=tiny_lm, verifier="consistent", split="train", bank_tasks=4)
+    task = env.family.task("train", _task_index("ToolCall-v0", "chain"))
+    trace = env.family.oracle_trace(task)
+    history, shown_for = [], {}  # real result -> the (different) result the agent is shown
+    for call, real in trace:  # an agent that follows the oracle's plan on the values it is shown
+        args = {k: shown_for.get(v, v) for k, v in call.arguments.items()}
+        value = shown_for[real["result"]] = real["result"] + 1
+        history.append((format_call(call.name, args), json_text({"result": value})))
+    env.reset(options={"task": task, "history": history})
+    assert env.step(format_answer(str(value)))[4]["success"] is True
+    # the same shown results, but the first call had a wrong argument: no credit
+    bad = [(history[0][0].replace(str(trace[0][0].arguments["a"]), "1", 1), history[0][1]), *history[1:]]
+    env.reset(options={"task": task, "history": bad})
+    assert env.step(format_answer(str(value)))[4]["success"] is False
+
+
+def test_verifier_is_validated(tiny_lm):
+    with pytest.raises(ValueError, match="verifier"):
+        SelfSimEnv("Finance-v0", model=tiny_lm, verifier="lenient", bank_tasks=2)
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def test_trainer_envs_use_the_configured_verifier(tiny_lm):
+    from rehearsal_gym.agents import PPOConfig
+    from rehearsal_gym.agents.ppo import make_train_envs
+
+    with pytest.raises(ValueError, match="rehearsal_verifier"):
+        PPOConfig(rehearse="replace", rehearsal_verifier="lenient")
+    config = PPOConfig(env="Finance-v0", rehearse="replace", rehearsal_verifier="consistent")
+    (env,) = make_train_envs(config, tiny_lm, 1)
+    assert env.verifier == "consistent" and env.mode == "replace"
