@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from rehearsal_gym.atomic import recover
 from rehearsal_gym.model import LM
-from rehearsal_gym.report import plot_curve
+from rehearsal_gym.report import paired_sign_test, plot_curve
 from rehearsal_gym.rollout import evaluate
 
 from .ppo import PPOConfig, PPOTrainer
@@ -71,6 +71,7 @@ def train(
             writer.close()
     after = evaluate(trainer.lm, config.env, eval_tasks)
     log(f"{config.env}: held-out success after PPO {after['success']:.1%} ({after['n']} tasks)")
+    (out / "after.json").write_text(json.dumps(after))
     _write_progress(trainer.history, out)
     result = {
         "env": config.env,
@@ -81,6 +82,8 @@ def train(
         "iterations": trainer.iteration,
         "seed": config.seed,
     }
+    if "outcomes" in before:  # same tasks before and after: which ones changed, and is it chance?
+        result.update(paired_sign_test(before["outcomes"], after["outcomes"]))
     (out / "result.json").write_text(json.dumps(result, indent=2))
     trainer.lm.save(out / "final_model")
     return result

@@ -104,6 +104,10 @@ def _demo_ppo(lm, args: argparse.Namespace) -> None:
         f"\n{config.env} held-out success: warm start {result['before']:.1%} -> after PPO {result['after']:.1%}"
         f" ({result['tasks']} tasks)"
     )
+    print(
+        f"the same tasks, one by one: {result['gained']} gained, {result['lost']} lost "
+        f"(sign test p = {result['p_value']:.3f}: the chance of a split this uneven if PPO changed nothing)"
+    )
     print(f"written: {out}/progress.csv, {out}/learning_curve.png, {out}/result.json, {out}/tb/")
 
 

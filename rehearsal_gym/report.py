@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -18,6 +19,22 @@ def write_table(rows: Sequence[Mapping[str, object]], out_dir: Path, name: str) 
     md = markdown_table(rows)
     (out_dir / f"{name}.md").write_text(md + "\n")
     return md
+
+
+def paired_sign_test(before: Sequence[int], after: Sequence[int]) -> dict[str, float]:
+    """Compare two evaluations of the same tasks, task by task (exact two-sided sign test, McNemar).
+
+    Only the tasks whose outcome changed count: `gained` (failed before, succeeded after) and `lost`;
+    `p_value` is the probability of a split at least this uneven if a change were equally likely to go
+    either way. Far more sensitive than comparing two success rates, which carry the task-draw noise.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired_sign_test needs the same tasks: {len(before)} vs {len(after)} outcomes")
+    gained = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
+    lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    n, k = gained + lost, min(gained, lost)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n if n else 1.0
+    return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
 
 
 def markdown_table(rows: Sequence[Mapping[str, object]]) -> str:

@@ -122,7 +122,11 @@ def evaluate(
     env_kwargs: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Success rate of the model as agent on tasks 0..n_tasks-1 of a split (overall and per template)."""
+    """Success rate of the model as agent on tasks 0..n_tasks-1 of a split (overall and per template).
+
+    `outcomes[i]` is 1 if task i succeeded: two evaluations on the same tasks can be compared task by
+    task (`rehearsal_gym.report.paired_sign_test`).
+    """
     envs = [gym.make(env_id, split=split, **dict(env_kwargs or {})) for _ in range(min(batch_size, n_tasks))]
     per_template: dict[str, list[bool]] = {}
     successes = []
@@ -142,6 +146,7 @@ def evaluate(
         "env": env_id,
         "success": float(np.mean(successes)) if successes else 0.0,
         "n": len(successes),
+        "outcomes": [int(s) for s in successes],
         "per_template": {t: float(np.mean(v)) for t, v in sorted(per_template.items())},
     }
 

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -66,6 +67,10 @@ def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):
     assert '"after"' in out.stdout
     for name in ("progress.csv", "learning_curve.png", "result.json", "checkpoint/trainer_state.json"):
         assert (tmp_path / "run" / name).is_file(), name
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    after = json.loads((tmp_path / "run" / "after.json").read_text())
+    assert len(after["outcomes"]) == result["tasks"] == 2
+    assert result["gained"] + result["lost"] <= 2 and 0.0 < result["p_value"] <= 1.0
     cmd[cmd.index("--iterations") + 1] = "2"
     out = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "resumed from" in out.stdout, out.stderr[-2000:]
@@ -108,3 +113,21 @@ def test_cli_config_error_names_the_field():
         text=True,
     )
     assert out.returncode == 2 and "group_size" in out.stderr
+
+
+def test_demo_ppo_prints_before_after_and_the_paired_test(tiny_lm, tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from rehearsal_gym import cli
+
+    small = {**cli.DEMO_PPO, "tasks_per_iter": 1, "group_size": 2, "minibatch_size": 2}
+    monkeypatch.setattr(cli, "DEMO_PPO", small)
+
+    args = argparse.Namespace(
+        ppo_env="ToolCall-v0", ppo_iterations=1, ppo_eval_tasks=3, seed=0, out=str(tmp_path), quiet=True
+    )
+    cli._demo_ppo(tiny_lm, args)
+    printed = capsys.readouterr().out
+    assert "ToolCall-v0 held-out success: warm start" in printed and "(3 tasks)" in printed
+    assert "gained" in printed and "sign test p = " in printed
+    assert (tmp_path / "ppo" / "learning_curve.png").is_file()

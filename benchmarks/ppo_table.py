@@ -1,0 +1,132 @@
+"""The PPO table of the README: warm start vs PPO real vs PPO rehearsed vs PPO + SEED, per env and seed.
+
+Runs `rehearsal-gym train` once per (env, setting, seed) into OUT/<env>_<setting>_s<seed>/ (a run whose
+result.json exists is skipped, so a killed table resumes where it stopped), then writes OUT/ppo_runs.csv
+and .md (one row per run: held-out success before and after PPO) and OUT/ppo_table.csv and .md (one row
+per env: the warm start and the mean over seeds of each setting, with the gain over the warm start).
+Before and after are evaluated on the same tasks, so each run also reports how many tasks it gained
+and lost and the exact sign test's p-value (the chance of a split this uneven if PPO changed nothing).
+
+    python benchmarks/ppo_table.py --out runs/ppo_table                       # full table (~2.5 h on 2 cores)
+    python benchmarks/ppo_table.py --envs ToolCall-v0 --settings real --seeds 0   # one run (~5 min)
+    python benchmarks/ppo_table.py --out runs/ppo_table --report-only         # tables from finished runs
+
+Settings: real (the real env), rehearsed (SelfSimEnv replace mode, consistent verifier: every tool
+result is imagined by the policy's environment role, and both roles train), seed (real env + SEED's
+on-policy distillation from the policy's own skills; its "before" is the analyst warm start). Every run
+is evaluated greedily in the real env on the same held-out tasks before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rehearsal_gym.defaults import REAL_ENV_IDS
+from rehearsal_gym.report import write_table
+
+COMMON = (
+    "--lr 1e-4 --negative-weight 0 --temperature 0.7 --tasks-per-iter 16 --group-size 8 "
+    "--minibatch-size 32 --iterations 30 --quiet"
+).split()
+SETTINGS = {
+    "real": [],
+    "rehearsed": ["--rehearse", "replace", "--rehearsal-verifier", "consistent"],
+    "seed": ["--seed-distill"],
+}
+COLUMNS = {"real": "PPO real", "rehearsed": "PPO rehearsed", "seed": "PPO + SEED"}
+
+
+def run_dir(out: Path, env: str, setting: str, seed: int) -> Path:
+    return out / f"{env}_{setting}_s{seed}"
+
+
+def run_one(out: Path, env: str, setting: str, seed: int, eval_tasks: int) -> dict | None:
+    path = run_dir(out, env, setting, seed)
+    result = path / "result.json"
+    if not result.exists():
+        cmd = ["rehearsal-gym", "train", "--env", env, "--seed", str(seed), "--eval-tasks", str(eval_tasks)]
+        cmd += COMMON + SETTINGS[setting] + ["--out", str(path), "--resume"]
+        print(" ".join(cmd), flush=True)
+        start = time.monotonic()
+        with open(path.with_suffix(".log"), "w") as log:
+            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        if code != 0 or not result.exists():
+            print(f"  failed (exit {code}); see {path.with_suffix('.log')}", file=sys.stderr)
+            return None
+        print(f"  {time.monotonic() - start:.0f} s", flush=True)
+    return json.loads(result.read_text())
+
+
+def tables(results: dict[tuple[str, str, int], dict]) -> tuple[list[dict], list[dict]]:
+    """Per-run rows and per-env summary rows (means over seeds) from {(env, setting, seed): result}."""
+    runs = [
+        {
+            "env": env,
+            "setting": setting,
+            "seed": seed,
+            "tasks": r["tasks"],
+            "before": r["before"],
+            "after": r["after"],
+            "gain (points)": f"{100 * (r['after'] - r['before']):+.1f}",
+            "tasks gained / lost": f"{r['gained']} / {r['lost']}" if "gained" in r else "-",
+            "sign test p": f"{r['p_value']:.3f}" if "p_value" in r else "-",
+        }
+        for (env, setting, seed), r in sorted(results.items())
+    ]
+    summary = []
+    for env in sorted({k[0] for k in results}):
+        warm = [r["before"] for (e, s, _), r in results.items() if e == env and s != "seed"]
+        row: dict[str, object] = {"env": env, "warm start": sum(warm) / len(warm) if warm else "-"}
+        for setting, column in COLUMNS.items():
+            got = [r for (e, s, _), r in results.items() if e == env and s == setting]
+            if not got:
+                row[column] = "-"
+                continue
+            after = sum(r["after"] for r in got) / len(got)
+            gain = sum(r["after"] - r["before"] for r in got) / len(got)
+            row[column] = f"{after:.1%} ({100 * gain:+.1f}, {len(got)} seed{'s' * (len(got) > 1)})"
+        summary.append(row)
+    return runs, summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--eval-tasks", type=int, default=300)
+    parser.add_argument("--out", default="runs/ppo_table")
+    parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for env in args.envs:
+        for setting in args.settings:
+            for seed in args.seeds:
+                if args.report_only:
+                    path = run_dir(out, env, setting, seed) / "result.json"
+                    result = json.loads(path.read_text()) if path.exists() else None
+                else:
+                    result = run_one(out, env, setting, seed, args.eval_tasks)
+                if result is not None:
+                    results[(env, setting, seed)] = result
+    if not results:
+        print(f"no finished runs under {out}", file=sys.stderr)
+        return 1
+    runs, summary = tables(results)
+    write_table(runs, out, "ppo_runs")
+    print(write_table(summary, out, "ppo_table"))
+    print(f"\nwrote {out}/ppo_table.md, ppo_table.csv, ppo_runs.md, ppo_runs.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

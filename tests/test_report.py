@@ -1,0 +1,57 @@
+"""The paired comparison of two evaluations (hand-computed binomial tails) and the table writers."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rehearsal_gym.report import paired_sign_test, write_table
+
+
+def test_sign_test_counts_only_changed_tasks():
+    # gained: tasks 0, 1; lost: task 3; task 2 stays a success. n=3, k=1: 2 * (1 + 3) / 8 > 1 -> 1.
+    assert paired_sign_test([0, 0, 1, 1], [1, 1, 1, 0]) == {"gained": 2, "lost": 1, "p_value": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("gained", "lost", "p"),
+    [
+        (5, 0, 2 / 32),  # 2 * C(5,0) / 2^5
+        (10, 0, 2 / 1024),
+        (8, 2, 2 * (1 + 10 + 45) / 1024),  # 2 * (C(10,0)+C(10,1)+C(10,2)) / 2^10 = 0.109375
+        (0, 0, 1.0),  # nothing changed
+    ],
+)
+def test_sign_test_exact_tail(gained, lost, p):
+    before = [0] * gained + [1] * lost + [1, 0]
+    after = [1] * gained + [0] * lost + [1, 0]
+    got = paired_sign_test(before, after)
+    assert (got["gained"], got["lost"]) == (gained, lost)
+    assert got["p_value"] == pytest.approx(p)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=60))
+def test_sign_test_is_symmetric_and_a_probability(pairs):
+    before = [int(b) for b, _ in pairs]
+    after = [int(a) for _, a in pairs]
+    forward, backward = paired_sign_test(before, after), paired_sign_test(after, before)
+    assert forward["gained"] == backward["lost"] and forward["lost"] == backward["gained"]
+    assert forward["p_value"] == pytest.approx(backward["p_value"])
+    assert 0.0 < forward["p_value"] <= 1.0
+
+
+def test_sign_test_needs_the_same_tasks():
+    with pytest.raises(ValueError, match="same tasks"):
+        paired_sign_test([1, 0], [1])
+
+
+def test_write_table_writes_csv_and_markdown(tmp_path):
+    md = write_table(
+        [{"env": "ToolCall-v0", "success": 0.5}, {"env": "Retail-v0", "success": 0.125}], tmp_path, "t"
+    )
+    assert md.splitlines()[2] == "| ToolCall-v0 | 50.0% |"
+    assert (tmp_path / "t.csv").read_text().splitlines() == [
+        "env,success",
+        "ToolCall-v0,0.5",
+        "Retail-v0,0.125",
+    ]
+    assert (tmp_path / "t.md").read_text() == md + "\n"
