@@ -43,6 +43,7 @@ from .losses import (
 
 CHECKPOINT_SCHEMA = 2
 REHEARSE_MODES = ("off", "replace", "wrap", "mixed")
+REHEARSAL_WORLDS = ("policy", "frozen")
 ADVANTAGES = ("group", "gae")
 
 
@@ -53,6 +54,7 @@ class PPOConfig:
     env: str = "ToolCall-v0"  # real env id whose train split gives the tasks
     rehearse: str = "off"  # "off" = real env; else the SelfSimEnv mode ("replace", "wrap", "mixed")
     rehearsal_verifier: str = "real"  # SelfSimEnv verifier: "real" or "consistent" (world the agent saw)
+    rehearsal_world: str = "policy"  # who imagines tool results: "policy" (EnvACE: the policy in training) or "frozen" (reference)
     iterations: int = 20  # collect/update rounds
     tasks_per_iter: int = 8  # distinct train tasks per round
     group_size: int = 4  # episodes per task (the group baseline averages over them)
@@ -106,6 +108,21 @@ class PPOConfig:
         if self.rehearsal_verifier not in VERIFIERS:
             raise ValueError(
                 f"PPOConfig.rehearsal_verifier must be one of {VERIFIERS}, got {self.rehearsal_verifier!r}"
+            )
+        if self.rehearsal_world not in REHEARSAL_WORLDS:
+            raise ValueError(
+                f"PPOConfig.rehearsal_world must be one of {REHEARSAL_WORLDS}, got {self.rehearsal_world!r}"
+            )
+        if self.rehearsal_world == "frozen" and self.train_env_role and self.rehearse != "off":
+            raise ValueError(
+                "PPOConfig.rehearsal_world='frozen' imagines results with the frozen reference, so its "
+                "environment-role tokens are not the policy's samples and cannot be trained on-policy: "
+                "set train_env_role=False (--no-train-env-role)"
+            )
+        if self.rehearsal_world == "frozen" and self.rollout_workers:
+            raise ValueError(
+                "PPOConfig.rehearsal_world='frozen' runs in-process only (rollout_workers=0): Ray workers "
+                "hold the policy's weights, not the reference's"
             )
         if self.grounding_coef and self.rehearse != "wrap":
             raise ValueError(
@@ -250,7 +267,9 @@ class PPOTrainer:
             self.envs: list[gym.Env] = []
             self.rollouts = RayRollouts(config, lm)
         else:
-            self.envs = make_train_envs(config, lm, config.tasks_per_iter * config.group_size)
+            # a frozen world shares the reference module: a resumed trainer loads its weights in place
+            world = LM(self.ref, lm.tokenizer) if config.rehearsal_world == "frozen" else lm
+            self.envs = make_train_envs(config, world, config.tasks_per_iter * config.group_size)
             self.rollouts = None
         self.last_versions: list[int] = []  # policy version each episode of the last round was sampled with
 
@@ -575,7 +594,10 @@ class PPOTrainer:
 
 
 def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
-    """The `n` train-split envs of a config: the real env, or SelfSimEnv with `lm` as its world model."""
+    """The `n` train-split envs of a config: the real env, or SelfSimEnv with `lm` as its world model.
+
+    `lm` is the policy in training (EnvACE) or, with `rehearsal_world="frozen"`, the frozen reference.
+    """
     if config.rehearse == "off":
         return [gym.make(config.env, split="train", max_turns=config.max_turns) for _ in range(n)]
     from rehearsal_gym.demos import record_oracle_episodes, result_bank

@@ -7,12 +7,13 @@ per env: the warm start and the mean over seeds of each setting, with the gain o
 Before and after are evaluated on the same tasks, so each run also reports how many tasks it gained
 and lost and the exact sign test's p-value (the chance of a split this uneven if PPO changed nothing).
 
-    python benchmarks/ppo_table.py --out runs/ppo_table                       # full table (~2.5 h on 2 cores)
+    python benchmarks/ppo_table.py --out runs/ppo_table                       # full table (~3.5 h on 2 cores)
     python benchmarks/ppo_table.py --envs ToolCall-v0 --settings real --seeds 0   # one run (~5 min)
     python benchmarks/ppo_table.py --out runs/ppo_table --report-only         # tables from finished runs
 
 Settings: real (the real env), rehearsed (SelfSimEnv replace mode, consistent verifier: every tool
-result is imagined by the policy's environment role, and both roles train), seed (real env + SEED's
+result is imagined by the policy's environment role, and both roles train), frozen (the same, but the
+frozen warm start imagines the results and only the agent role trains), seed (real env + SEED's
 on-policy distillation from the policy's own skills; its "before" is the analyst warm start). Every run
 is evaluated greedily in the real env on the same held-out tasks before and after.
 """
@@ -36,9 +37,16 @@ COMMON = (
 SETTINGS = {
     "real": [],
     "rehearsed": ["--rehearse", "replace", "--rehearsal-verifier", "consistent"],
+    "frozen": ["--rehearse", "replace", "--rehearsal-verifier", "consistent", "--rehearsal-world", "frozen"]
+    + ["--no-train-env-role"],
     "seed": ["--seed-distill"],
 }
-COLUMNS = {"real": "PPO real", "rehearsed": "PPO rehearsed", "seed": "PPO + SEED"}
+COLUMNS = {
+    "real": "PPO real",
+    "rehearsed": "PPO rehearsed",
+    "frozen": "PPO rehearsed, frozen world",
+    "seed": "PPO + SEED",
+}
 
 
 def run_dir(out: Path, env: str, setting: str, seed: int) -> Path:

@@ -256,13 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     re_.set_defaults(func=cmd_rehearse)
     tr = sub.add_parser("train", help=cmd_train.__doc__)
     from .agents.losses import REDUCTIONS
-    from .agents.ppo import ADVANTAGES, REHEARSE_MODES, PPOConfig
+    from .agents.ppo import ADVANTAGES, REHEARSAL_WORLDS, REHEARSE_MODES, PPOConfig
     from .selfsim import VERIFIERS
 
     choices = {
         "env": REAL_ENV_IDS,
         "rehearse": REHEARSE_MODES,
         "rehearsal_verifier": VERIFIERS,
+        "rehearsal_world": REHEARSAL_WORLDS,
         "advantage": ADVANTAGES,
         "loss_reduction": REDUCTIONS,
     }

@@ -55,3 +55,32 @@ def test_write_table_writes_csv_and_markdown(tmp_path):
         "Retail-v0,0.125",
     ]
     assert (tmp_path / "t.md").read_text() == md + "\n"
+
+
+def test_ppo_table_means_over_seeds_and_keeps_the_paired_test():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "ppo_table.py"
+    spec = importlib.util.spec_from_file_location("ppo_table", path)
+    ppo_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ppo_table)
+    results = {
+        ("ToolCall-v0", "real", 0): {
+            "tasks": 300,
+            "before": 0.5,
+            "after": 0.6,
+            "gained": 40,
+            "lost": 10,
+            "p_value": 0.00002,
+        },
+        ("ToolCall-v0", "real", 1): {"tasks": 300, "before": 0.5, "after": 0.5},
+        ("ToolCall-v0", "seed", 0): {"tasks": 300, "before": 0.4, "after": 0.45},
+    }
+    runs, summary = ppo_table.tables(results)
+    assert [r["gain (points)"] for r in runs] == ["+10.0", "+0.0", "+5.0"]
+    assert runs[0]["tasks gained / lost"] == "40 / 10" and runs[1]["sign test p"] == "-"
+    (row,) = summary
+    assert row["warm start"] == 0.5  # the SEED run starts from the analyst warm start: not averaged in
+    assert row["PPO real"] == "55.0% (+5.0, 2 seeds)" and row["PPO + SEED"] == "45.0% (+5.0, 1 seed)"
+    assert row["PPO rehearsed"] == "-"

@@ -106,6 +106,23 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         assert env.mode == "replace"
 
 
+def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_path):
+    config = PPOConfig(
+        **{**TINY, "rehearse": "replace", "rehearsal_world": "frozen", "train_env_role": False}
+    )
+    trainer = PPOTrainer(config, fresh(tiny_lm))
+    assert all(env.lm.model is trainer.ref for env in trainer.envs)
+    world = {k: v.clone() for k, v in trainer.ref.state_dict().items()}
+    policy = {k: v.clone() for k, v in trainer.lm.model.state_dict().items()}
+    row = trainer.train_iteration()
+    assert row["charts/env_role_sequences"] == 0  # only the agent role trains
+    assert all(torch.equal(world[k], v) for k, v in trainer.ref.state_dict().items())
+    assert any(not torch.equal(policy[k], v) for k, v in trainer.lm.model.state_dict().items())
+    trainer.save(tmp_path / "ckpt")
+    resumed = PPOTrainer.load(tmp_path / "ckpt")
+    assert all(env.lm.model is resumed.ref for env in resumed.envs)
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [
@@ -117,6 +134,17 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         ({"loss_reduction": "sum"}, "loss_reduction"),
         ({"warmup_iterations": -1}, "warmup_iterations"),
         ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
+        ({"rehearsal_world": "dream"}, "rehearsal_world"),
+        ({"rehearse": "replace", "rehearsal_world": "frozen"}, "train_env_role"),
+        (
+            {
+                "rehearse": "replace",
+                "rehearsal_world": "frozen",
+                "train_env_role": False,
+                "rollout_workers": 2,
+            },
+            "rollout_workers",
+        ),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
