@@ -70,6 +70,10 @@ def run_one(out: Path, env: str, setting: str, seed: int, eval_tasks: int) -> di
     return json.loads(result.read_text())
 
 
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else "<0.001"
+
+
 def tables(results: dict[tuple[str, str, int], dict]) -> tuple[list[dict], list[dict]]:
     """Per-run rows and per-env summary rows (means over seeds) from {(env, setting, seed): result}."""
     runs = [
@@ -82,7 +86,7 @@ def tables(results: dict[tuple[str, str, int], dict]) -> tuple[list[dict], list[
             "after": r["after"],
             "gain (points)": f"{100 * (r['after'] - r['before']):+.1f}",
             "tasks gained / lost": f"{r['gained']} / {r['lost']}" if "gained" in r else "-",
-            "sign test p": f"{r['p_value']:.3f}" if "p_value" in r else "-",
+            "sign test p": _p(r["p_value"]) if "p_value" in r else "-",
         }
         for (env, setting, seed), r in sorted(results.items())
     ]
