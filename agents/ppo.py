@@ -119,7 +119,7 @@ class PPOConfig:
                 "environment-role tokens are not the policy's samples and cannot be trained on-policy: "
                 "set train_env_role=False (--no-train-env-role)"
             )
-        if self.rehearsal_world == "frozen" and self.rollout_workers:
+        if self.rehearsal_world == "frozen" and self.rollout_workers and self.rehearse != "off":
             raise ValueError(
                 "PPOConfig.rehearsal_world='frozen' runs in-process only (rollout_workers=0): Ray workers "
                 "hold the policy's weights, not the reference's"
