@@ -51,6 +51,8 @@ class Task:
 
     answer_kind says how the final answer is checked: "any" (only the state counts),
     "number" (first number within tolerance of the oracle's), "keyword" (must contain answer_key).
+    `facts` override facts of the generated world (empty for real tasks; `Family.shown_task` fills
+    it with the facts a rehearsed agent was shown, for the consistent verifier).
     """
 
     task_id: str
@@ -62,6 +64,7 @@ class Task:
     answer_kind: str = "any"
     answer_key: str = ""
     rule: str = ""
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,11 +98,18 @@ class Family(ABC):
 
     @abstractmethod
     def make_backend(self, task: Task) -> Backend:
-        """A fresh backend for the task's world, built from `task.world_seed`."""
+        """A fresh backend for the task's world, built from `task.world_seed` (and `task.facts`)."""
 
     @abstractmethod
     def oracle(self, task: Task) -> list[str]:
         """The expert's turns (calls then an answer) that solve the task."""
+
+    def shown_task(self, task: Task, seen: Sequence[tuple[ToolCall, Mapping[str, Any]]]) -> Task:
+        """The task in the world an agent was shown: `task` with the facts its oracle decides on
+        (and the answer they imply) taken from `seen`, the agent's calls with the results it was
+        shown. Used by the consistent verifier of rehearsals; families whose oracle never branches
+        on a result keep the default, which returns `task` unchanged."""
+        return task
 
     def state_matches(self, state: Any, expected: Any) -> bool:
         """Whether the agent's final state reaches the goal state (default: equal hashes)."""

@@ -7,8 +7,10 @@ transactions) and numeric answers within tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -180,6 +182,23 @@ class FinanceFamily(Family):
 
     def make_backend(self, task: Task) -> Book:
         return Book(task.world_seed)
+
+    def shown_task(self, task: Task, seen: Sequence[tuple[ToolCall, Mapping[str, Any]]]) -> Task:
+        """A buy's answer follows the shown outcome of its order: a rejection for insufficient cash
+        must be reported, a fill need not. (The fill itself is replayed on the real book for both
+        the agent and the oracle, so the state check is unchanged.)"""
+        if task.template != "buy":
+            return task
+        p = task.params
+        order = {"account_id": p["account_id"], "symbol": p["symbol"], "side": "buy", "qty": p["qty"]}
+        for call, shown in seen:
+            if call.name == "place_order" and dict(call.arguments) == order:
+                if "insufficient" in str(shown.get("error", "")).lower():
+                    return dataclasses.replace(task, answer_kind="keyword", answer_key="insufficient")
+                if shown.get("status") == "filled":
+                    return dataclasses.replace(task, answer_kind="any", answer_key="")
+                return task
+        return task
 
     def draw_task(self, rng: np.random.Generator, task_id: str) -> Task:
         world_seed = int(rng.integers(2**31))

@@ -7,7 +7,9 @@ The verifier hashes the orders and refunds rows (as tau-bench does) and checks t
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,7 +90,9 @@ class RetailDB(Backend):
 
     tools = TOOLS
 
-    def __init__(self, world_seed: int) -> None:
+    def __init__(self, world_seed: int, statuses: Mapping[str, str] | None = None) -> None:
+        """`statuses`: order id -> status overriding the generated ones (ids not in the world and
+        unknown statuses are ignored)."""
         self.conn = sqlite3.connect(":memory:")
         self.conn.executescript(SCHEMA)
         rng = np.random.default_rng(world_seed)
@@ -115,6 +119,9 @@ class RetailDB(Backend):
                         "INSERT INTO items VALUES (?, ?, ?, ?)",
                         (f"I{order_no}{item_no}", f"O{order_no}", str(product), PRODUCTS[str(product)]),
                     )
+        for order_id, status in (statuses or {}).items():
+            if status in STATUSES:
+                self.conn.execute("UPDATE orders SET status = ? WHERE id = ?", (status, order_id))
         self.conn.commit()
 
     def _order(self, order_id: str) -> tuple[str, str, str]:
@@ -195,13 +202,44 @@ class RetailDB(Backend):
         self.conn.close()
 
 
+ALLOWED = {"cancel": ("pending",), "refund": ("delivered",), "address": ("pending", "processing")}
+"""The statuses in which each write template may write."""
+
+
+def answer_spec(template: str, status: str) -> tuple[str, str]:
+    """(answer_kind, answer_key) of a task on an order with `status`: a write that the status allows
+    is checked by state alone, a refusal (or a status question) must name the status."""
+    if template in ALLOWED and status in ALLOWED[template]:
+        return "any", ""
+    return ("keyword", status) if template in (*ALLOWED, "status") else ("any", "")
+
+
 class RetailFamily(Family):
     name = "retail"
     tools = TOOLS
     templates = ("cancel", "refund", "address", "status", "cancel_by_email")
 
     def make_backend(self, task: Task) -> RetailDB:
-        return RetailDB(task.world_seed)
+        return RetailDB(task.world_seed, task.facts.get("status"))
+
+    def shown_task(self, task: Task, seen: Sequence[tuple[ToolCall, Mapping[str, Any]]]) -> Task:
+        """The order's status decides the oracle of the single-order templates: take the first status
+        the agent was shown for it by get_order. (cancel_by_email keeps the real world: which order
+        to cancel would follow from a whole imagined order list.)"""
+        if task.template == "cancel_by_email":
+            return task
+        oid = task.params["order_id"]
+        for call, shown in seen:
+            if (
+                call.name == "get_order"
+                and call.arguments.get("order_id") == oid
+                and shown.get("status") in STATUSES
+            ):
+                kind, key = answer_spec(task.template, shown["status"])
+                return dataclasses.replace(
+                    task, facts={"status": {oid: shown["status"]}}, answer_kind=kind, answer_key=key
+                )
+        return task
 
     def draw_task(self, rng: np.random.Generator, task_id: str) -> Task:
         world_seed = int(rng.integers(2**31))
@@ -224,27 +262,23 @@ class RetailFamily(Family):
             reason = REASONS[int(rng.integers(len(REASONS)))]
             why = "I no longer need it" if reason == "no_longer_needed" else "I ordered it by mistake"
             p: dict[str, Any] = {"order_id": oid, "reason": reason}
-            kind, key = "any", ""
+            kind, key = answer_spec(template, status)
             if template == "cancel":
                 text = f"Hi, I'm {name}. Please cancel order {oid}, {why}."
                 rule = "get_order first; cancel only if the status is pending, else explain the status"
-                kind, key = ("any", "") if status == "pending" else ("keyword", status)
             elif template == "refund":
                 items = db.query("SELECT id, product FROM items WHERE order_id = ? ORDER BY id", (oid,))
                 item_id, product = items[int(rng.integers(len(items)))]
                 p.update(item_id=item_id, product=product)
                 text = f"Hello, this is {name}. I want a refund for the {product} in order {oid}."
                 rule = "get_order, find the item_id of the product; refund only delivered orders"
-                kind, key = ("any", "") if status == "delivered" else ("keyword", status)
             elif template == "address":
                 p["address"] = f"{int(rng.integers(1, 99))} {STREETS[int(rng.integers(len(STREETS)))]}"
                 text = f"I'm {name}. Please ship order {oid} to {p['address']} instead."
                 rule = "get_order; update_address only while pending or processing"
-                kind, key = ("any", "") if status in ("pending", "processing") else ("keyword", status)
             elif template == "status":
                 text = f"Hi, {name} here. What is the status of order {oid}?"
                 rule = "get_order and answer its status"
-                kind, key = "keyword", status
             else:
                 p["email"] = email
                 text = f"Hi, my email is {email}. Please cancel my pending order, {why}."
@@ -255,7 +289,7 @@ class RetailFamily(Family):
 
     def oracle(self, task: Task) -> list[str]:
         p = task.params
-        db = RetailDB(task.world_seed)
+        db = self.make_backend(task)
         try:
             if task.template == "cancel_by_email":
                 cid = db.query("SELECT id FROM customers WHERE email = ?", (p["email"],))[0][0]
@@ -272,8 +306,7 @@ class RetailFamily(Family):
         turns = [format_call("get_order", {"order_id": oid})]
         if task.template == "status":
             return turns + [format_answer(f"Order {oid} is {status}.")]
-        allowed = {"cancel": ("pending",), "refund": ("delivered",), "address": ("pending", "processing")}
-        if status not in allowed[task.template]:
+        if status not in ALLOWED[task.template]:
             return turns + [format_answer(f"Sorry, order {oid} is {status}, so I cannot do that.")]
         if task.template == "cancel":
             turns.append(format_call("cancel_order", {"order_id": oid, "reason": p["reason"]}))

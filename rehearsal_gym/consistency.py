@@ -5,18 +5,21 @@ order's status) is usually not the real one: the real verifier then fails an age
 everything right but copy a number it was never shown. The consistent verifier asks instead what
 the oracle would have done had the tools answered as they did for the agent:
 
-1. The oracle's calls are replayed on the real backend, giving its real results.
+0. The facts the oracle decides on (a Retail order's status) are taken from the results the agent
+   was shown (`Family.shown_task`), so the oracle takes the decision the shown world calls for (a
+   refusal where the shown status forbids the write) and the backends below hold those facts.
+1. The oracle's calls are replayed on the backend, giving its results.
 2. Walking those calls in order, each one must have been made by the agent (same tool, same
    arguments) after argument values that came from an earlier result are replaced by the value the
    agent was shown in that place. The shown result of that call then maps each real result value
    to the shown one (by position in the result, nested lists and objects included).
-3. The expected answer is the real one with that mapping applied (a number or keyword that came
+3. The expected answer is the oracle's with that mapping applied (a number or keyword that came
    from a result is replaced by the shown value); the expected state is the re-planned calls
-   replayed on the real backend.
+   replayed on the backend.
 
-If the agent did not make one of the re-planned calls, the real expectation stands. A value is
-only taken as coming from a result when it is not written in the request (so a number the user
-gave never follows an imagined result). The mapping is by value, so two different result fields
+If the agent did not make one of the re-planned calls, the oracle's expectation with the shown facts
+(step 0) stands. A value is only taken as coming from a result when it is not written in the request
+(so a number the user gave never follows an imagined result). The mapping is by value, so two different result fields
 with the same real value share one mapping; that is the price of needing no per-task dataflow.
 """
 

@@ -343,22 +343,28 @@ class SelfSimEnv(ToolEnv):
     def verify(self, answer: str) -> bool:
         """The real verifier, or (verifier="consistent") its expectation re-planned in the world
         the agent saw; ``info["expected_answer"]`` then reports the re-planned answer and
-        ``info["real_verifier_success"]`` what the real verifier says."""
-        if self.verifier == "consistent":
-            self._real_verdict = super().verify(answer)
-            plan = replan(self.family.oracle_trace(self.task), self.seen, self.task.prompt)
-            if plan is not None:
-                calls, mapping = plan
-                key, expected = consistent_answer(
-                    self.task.answer_kind, self.task.answer_key, self._expected_answer, mapping
-                )
-                self._expected_answer = expected
-                task = dataclasses.replace(self.task, answer_key=key)
-                goal = self.family.replay(self.task, calls)
-                return self.family.state_matches(self.final_state(), goal) and self.family.check_answer(
-                    task, answer, expected
-                )
-        return super().verify(answer)
+        ``info["real_verifier_success"]`` what the real verifier says.
+
+        The re-planning has two parts: the facts the oracle decides on (a Retail order's status)
+        are taken from the results the agent was shown (`Family.shown_task`), so the oracle takes
+        the decision the shown world calls for; values the oracle copies from a result follow the
+        shown results (`consistency.replan`)."""
+        if self.verifier != "consistent":
+            return super().verify(answer)
+        self._real_verdict = super().verify(answer)
+        task = self.family.shown_task(self.task, self.seen)
+        calls, expected = self.family.oracle_plan(task)
+        plan = replan(self.family.oracle_trace(task), self.seen, self.task.prompt)
+        if plan is not None:
+            calls, mapping = plan
+            key, expected = consistent_answer(task.answer_kind, task.answer_key, expected, mapping)
+            task = dataclasses.replace(task, answer_key=key)
+        elif task is self.task:
+            return self._real_verdict
+        self._expected_answer = expected
+        goal = self.family.replay(task, calls)
+        state = self.family.replay(task, self.calls)
+        return self.family.state_matches(state, goal) and self.family.check_answer(task, answer, expected)
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The consistent verifier: the oracle's expectation re-planned in the world the agent saw."""
 
+import dataclasses
+
 import gymnasium as gym
 import pytest
 from hypothesis import given, settings
@@ -157,3 +159,120 @@ def test_trainer_envs_use_the_configured_verifier(tiny_lm):
     config = PPOConfig(env="Finance-v0", rehearse="replace", rehearsal_verifier="consistent")
     (env,) = make_train_envs(config, tiny_lm, 1)
     assert env.verifier == "consistent" and env.mode == "replace"
+
+
+def _retail_task(template: str, status: str):
+    from rehearsal_gym.envs.retail import RetailFamily
+
+    family = RetailFamily()
+    for i in range(2000):
+        task = family.task("train", i)
+        if (
+            task.template == template
+            and family.make_backend(task).query(
+                "SELECT status FROM orders WHERE id = ?", (task.params["order_id"],)
+            )[0][0]
+            == status
+        ):
+            return family, task
+    raise AssertionError(f"no {template} task on a {status} order")
+
+
+def _shown_order(family, task, status: str) -> list:
+    ((call, real),) = family.oracle_trace(dataclasses.replace(task, template="status"))
+    return [(call, {**real, "status": status})]
+
+
+def test_retail_shown_task_takes_the_shown_status_and_its_decision():
+    family, task = _retail_task("cancel", "shipped")
+    assert (task.answer_kind, task.answer_key) == ("keyword", "shipped")
+    shown = family.shown_task(task, _shown_order(family, task, "pending"))
+    assert shown.facts == {"status": {task.params["order_id"]: "pending"}}
+    assert (shown.answer_kind, shown.answer_key) == ("any", "")
+    assert [c.name for c, _ in family.oracle_trace(shown)] == ["get_order", "cancel_order"]
+    assert [c.name for c, _ in family.oracle_trace(task)] == ["get_order"]
+    # the real results change nothing; unknown statuses, other orders and other templates are ignored
+    assert family.shown_task(task, family.oracle_trace(task)).answer_key == "shipped"
+    assert family.shown_task(task, _shown_order(family, task, "lost in space")) is task
+    other = [(ToolCall("get_order", {"order_id": "O1"}), {"status": "pending"})]
+    assert family.shown_task(task, other) is task
+    by_email = next(
+        family.task("train", i) for i in range(500) if family.task("train", i).template == "cancel_by_email"
+    )
+    assert family.shown_task(by_email, _shown_order(family, by_email, "shipped")) is by_email
+
+
+def test_retail_backend_status_overrides_are_bound_parameters():
+    from rehearsal_gym.envs.retail import RetailDB
+
+    family, task = _retail_task("cancel", "shipped")
+    oid = task.params["order_id"]
+    hostile = {oid: "pending", "x'); DROP TABLE orders; --": "pending", "O1": "pending'; --"}
+    db = RetailDB(task.world_seed, hostile)
+    assert db.query("SELECT status FROM orders WHERE id = ?", (oid,)) == [("pending",)]
+    assert db.state()["orders"] and len(db.state()["orders"]) == len(
+        family.make_backend(task).state()["orders"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("real", "shown", "cancel_wins"), [("shipped", "pending", True), ("pending", "delivered", False)]
+)
+def test_selfsim_consistent_retail_follows_the_shown_decision(tiny_lm, real, shown, cancel_wins):
+    """An agent shown a status that allows (forbids) the write must write (refuse naming it)."""
+    env = SelfSimEnv("Retail-v0", model=tiny_lm, verifier="consistent", split="train", bank_tasks=4)
+    family, task = _retail_task("cancel", real)
+    ((get_order, result),) = _shown_order(family, task, shown)
+    oid, reason = task.params["order_id"], task.params["reason"]
+    looked = [(format_call(get_order.name, get_order.arguments), json_text(result))]
+    cancelled = looked + [
+        (
+            format_call("cancel_order", {"order_id": oid, "reason": reason}),
+            json_text({"order_id": oid, "status": "cancelled"}),
+        )
+    ]
+    outcomes = {}
+    for name, history, answer in (
+        ("cancel", cancelled, f"Order {oid} is cancelled."),
+        ("refuse", looked, f"Sorry, order {oid} is {shown}, so I cannot do that."),
+        ("refuse naming the real status", looked, f"Sorry, order {oid} is {real}, so I cannot do that."),
+    ):
+        env.reset(options={"task": task, "history": history})
+        info = env.step(format_answer(answer))[4]
+        outcomes[name] = (info["success"], info["real_verifier_success"])
+    assert outcomes["cancel"] == (cancel_wins, real == "pending")
+    assert outcomes["refuse"][0] is not cancel_wins
+    assert outcomes["refuse naming the real status"][0] is False
+
+
+@pytest.mark.parametrize("affordable", [True, False])
+def test_selfsim_consistent_finance_buy_reports_the_shown_outcome(tiny_lm, affordable):
+    env = SelfSimEnv("Finance-v0", model=tiny_lm, verifier="consistent", split="train", bank_tasks=4)
+    family = env.family
+    task = next(
+        t
+        for t in (family.task("train", i) for i in range(2000))
+        if t.template == "buy" and (t.answer_kind == "any") is affordable
+    )
+    ((call, real),) = family.oracle_trace(task)
+    p = task.params
+    if affordable:  # the world the agent saw rejects the order
+        shown = {"error": f"insufficient cash: {p['qty']} {p['symbol']} cost 1e9, cash is 3.0"}
+    else:
+        shown = {
+            "status": "filled",
+            "side": "buy",
+            "symbol": p["symbol"],
+            "qty": p["qty"],
+            "price": 1.0,
+            "cash": 5.0,
+        }
+    assert ("error" in real) is not affordable and ("error" in shown) is affordable
+    history = [(format_call(call.name, call.arguments), json_text(shown))]
+    verdicts = {}
+    for answer in ("The order was rejected: insufficient cash.", f"Bought {p['qty']} {p['symbol']}."):
+        env.reset(options={"task": task, "history": history})
+        verdicts[answer.split()[0]] = env.step(format_answer(answer))[4]["success"]
+    # a rejection shown must be reported; a fill shown needs no report (either answer passes the state check)
+    assert verdicts == ({"The": True, "Bought": False} if affordable else {"The": True, "Bought": True})
+    assert family.shown_task(task, family.oracle_trace(task)) == task  # the real outcome changes nothing
