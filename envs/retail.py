@@ -120,7 +120,7 @@ class RetailDB(Backend):
                         (f"I{order_no}{item_no}", f"O{order_no}", str(product), PRODUCTS[str(product)]),
                     )
         for order_id, status in (statuses or {}).items():
-            if status in STATUSES:
+            if isinstance(order_id, str) and status in STATUSES:
                 self.conn.execute("UPDATE orders SET status = ? WHERE id = ?", (status, order_id))
         self.conn.commit()
 

@@ -19,8 +19,9 @@ the oracle would have done had the tools answered as they did for the agent:
 
 If the agent did not make one of the re-planned calls, the oracle's expectation with the shown facts
 (step 0) stands. A value is only taken as coming from a result when it is not written in the request
-(so a number the user gave never follows an imagined result). The mapping is by value, so two different result fields
-with the same real value share one mapping; that is the price of needing no per-task dataflow.
+(so a number the user gave never follows an imagined result). The mapping is by value, so two
+different result fields with the same real value share one mapping; that is the price of needing no
+per-task dataflow.
 """
 
 from __future__ import annotations

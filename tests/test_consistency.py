@@ -207,12 +207,19 @@ def test_retail_backend_status_overrides_are_bound_parameters():
 
     family, task = _retail_task("cancel", "shipped")
     oid = task.params["order_id"]
-    hostile = {oid: "pending", "x'); DROP TABLE orders; --": "pending", "O1": "pending'; --"}
+    hostile = {
+        oid: "pending",
+        "x'); DROP TABLE orders; --": "pending",
+        "O1": "pending'; --",
+        7: "pending",
+        oid + "x": ["pending"],
+    }
     db = RetailDB(task.world_seed, hostile)
     assert db.query("SELECT status FROM orders WHERE id = ?", (oid,)) == [("pending",)]
-    assert db.state()["orders"] and len(db.state()["orders"]) == len(
-        family.make_backend(task).state()["orders"]
-    )
+    generated = family.make_backend(task).state()
+    patched = {k: [row for row in rows if row[0] != oid] for k, rows in db.state().items()}
+    assert patched == {k: [row for row in rows if row[0] != oid] for k, rows in generated.items()}
+    assert len(db.state()["orders"]) == len(generated["orders"])  # nothing else changed or dropped
 
 
 @pytest.mark.parametrize(
