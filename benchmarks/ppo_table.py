@@ -6,6 +6,8 @@ and .md (one row per run: held-out success before and after PPO) and OUT/ppo_tab
 per env: the warm start and the mean over seeds of each setting, with the gain over the warm start).
 Before and after are evaluated on the same tasks, so each run also reports how many tasks it gained
 and lost and the exact sign test's p-value (the chance of a split this uneven if PPO changed nothing).
+The test conditions on the tasks drawn, so evaluate on many (default 1000): on 300 tasks a policy that
+only shifts a constant answer towards the sample's most common value looked like a gain (see README).
 
     python benchmarks/ppo_table.py --out runs/ppo_table                       # full table (~3.5 h on 2 cores)
     python benchmarks/ppo_table.py --envs ToolCall-v0 --settings real --seeds 0   # one run (~5 min)
@@ -113,7 +115,7 @@ def main() -> int:
     parser.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--eval-tasks", type=int, default=300)
+    parser.add_argument("--eval-tasks", type=int, default=1000)
     parser.add_argument("--out", default="runs/ppo_table")
     parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
     args = parser.parse_args()

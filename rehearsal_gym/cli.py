@@ -140,14 +140,44 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Held-out success of a local model directory as agent in the real envs."""
+    """Held-out success of models as agent in the real envs, side by side on the same tasks: each
+    model's tasks gained and lost against the first, with a sign test."""
     from .model import LM
+    from .report import comparison_rows, write_table
     from .rollout import evaluate
+    from .warmstart import load_or_train
 
-    lm = LM.load(args.model)
+    if args.tasks < 1:
+        raise SystemExit(f"--tasks must be >= 1, got {args.tasks}")
+    if args.first_task < 0:
+        raise SystemExit(f"--first-task must be >= 0, got {args.first_task}")
+    paths: dict[str, str] = {}
+    for spec in args.model:
+        name, _, path = spec.rpartition("=") if "=" in spec else (spec, "", spec)
+        if name in paths:
+            raise SystemExit(f"--model names {name!r} twice")
+        paths[name] = path
+    models = {}
+    for name, path in paths.items():
+        try:
+            models[name] = (
+                load_or_train(_warm_config(), progress=not args.quiet)
+                if path == "warm-start"
+                else LM.load(path)
+            )
+        except (FileNotFoundError, OSError) as e:
+            raise SystemExit(f"--model {name}: {e}") from None
     for env_id in args.envs:
-        result = evaluate(lm, env_id, args.tasks)
-        print(f"{env_id}: {result['success']:.1%} of {result['n']} ({result['per_template']})")
+        results = {}
+        for name, lm in models.items():
+            results[name] = evaluate(lm, env_id, args.tasks, first_task=args.first_task)
+            print(f"{env_id} {name}: {results[name]['success']:.1%} of {results[name]['n']}", flush=True)
+        last = args.first_task + args.tasks - 1
+        print(
+            f"\n{env_id}, held-out tasks {args.first_task}..{last} (gained / lost: against {next(iter(models))})\n"
+        )
+        print(write_table(comparison_rows(results), Path(args.out), f"eval_{env_id}"))
+    print(f"\nwritten: {args.out}/eval_<env>.csv, {args.out}/eval_<env>.md")
     return 0
 
 
@@ -233,9 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--quiet", action="store_true")
     ws.set_defaults(func=cmd_warmstart)
     ev = sub.add_parser("eval", help=cmd_eval.__doc__)
-    ev.add_argument("--model", required=True, help="local Hugging Face model directory")
+    ev.add_argument(
+        "--model",
+        nargs="+",
+        required=True,
+        help="local Hugging Face model directories or warm-start (the cached warm start), each optionally "
+        "NAME=PATH; the first is the baseline",
+    )
     ev.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
     ev.add_argument("--tasks", type=int, default=100)
+    ev.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
+    ev.add_argument("--out", default="runs/eval")
+    ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=cmd_eval)
     fi = sub.add_parser("fidelity", help=cmd_fidelity.__doc__)
     fi.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")

@@ -37,6 +37,33 @@ def paired_sign_test(before: Sequence[int], after: Sequence[int]) -> dict[str, f
     return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
 
 
+def comparison_rows(results: Mapping[str, Mapping[str, object]]) -> list[dict[str, object]]:
+    """One row per named evaluation of the same tasks (`rollout.evaluate` results): success, then the
+    tasks gained and lost against the first one with the sign test's p-value, then success per template."""
+    names = list(results)
+    if not names:
+        raise ValueError("comparison_rows needs at least one evaluation")
+    base = results[names[0]]
+    templates = sorted({t for r in results.values() for t in r["per_template"]})
+    rows = []
+    for name in names:
+        r = results[name]
+        if r["env"] != base["env"] or r.get("first_task", 0) != base.get("first_task", 0):
+            raise ValueError(f"{name!r} was evaluated on other tasks than {names[0]!r}")
+        test = paired_sign_test(base["outcomes"], r["outcomes"])
+        rows.append(
+            {
+                "model": name,
+                "success": r["success"],
+                "gained": test["gained"],
+                "lost": test["lost"],
+                "p": f"{test['p_value']:.3f}",
+                **{t: r["per_template"].get(t, float("nan")) for t in templates},
+            }
+        )
+    return rows
+
+
 def markdown_table(rows: Sequence[Mapping[str, object]]) -> str:
     columns = list(rows[0])
     fmt = [lambda v: f"{v:.1%}" if isinstance(v, float) else str(v)]

@@ -117,25 +117,30 @@ def evaluate(
     n_tasks: int,
     *,
     split: str = "test",
+    first_task: int = 0,
     batch_size: int = 32,
     greedy: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Success rate of the model as agent on tasks 0..n_tasks-1 of a split (overall and per template).
+    """Success rate of the model as agent on tasks first_task..first_task+n_tasks-1 of a split
+    (overall and per template).
 
-    `outcomes[i]` is 1 if task i succeeded: two evaluations on the same tasks can be compared task by
+    `outcomes[i]` is 1 if task first_task+i succeeded: two evaluations on the same tasks can be compared task by
     task (`rehearsal_gym.report.paired_sign_test`).
     """
+    if not isinstance(first_task, int) or first_task < 0:
+        raise ValueError(f"first_task must be an int >= 0, got {first_task!r}")
     envs = [gym.make(env_id, split=split, **dict(env_kwargs or {})) for _ in range(min(batch_size, n_tasks))]
     per_template: dict[str, list[bool]] = {}
-    successes = []
+    successes, templates = [], []
     try:
         for start in range(0, n_tasks, len(envs)):
-            idx = list(range(start, min(start + len(envs), n_tasks)))
+            idx = list(range(first_task + start, first_task + min(start + len(envs), n_tasks)))
             eps = run_episodes(lm, envs[: len(idx)], [{"task_index": i} for i in idx], greedy=greedy)
             for ep in eps:
                 successes.append(ep.success)
+                templates.append(ep.template)
                 per_template.setdefault(ep.template, []).append(ep.success)
             if progress:
                 progress(len(idx))
@@ -146,7 +151,9 @@ def evaluate(
         "env": env_id,
         "success": float(np.mean(successes)) if successes else 0.0,
         "n": len(successes),
+        "first_task": first_task,
         "outcomes": [int(s) for s in successes],
+        "templates": templates,
         "per_template": {t: float(np.mean(v)) for t, v in sorted(per_template.items())},
     }
 

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def test_demo_without_model_prints_table(tmp_path):
     out = subprocess.run(
@@ -131,3 +133,34 @@ def test_demo_ppo_prints_before_after_and_the_paired_test(tiny_lm, tmp_path, cap
     assert "ToolCall-v0 held-out success: warm start" in printed and "(3 tasks)" in printed
     assert "gained" in printed and "sign test p = " in printed
     assert (tmp_path / "ppo" / "learning_curve.png").is_file()
+
+
+def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):
+    from rehearsal_gym.rollout import evaluate
+
+    tiny_lm.save(tmp_path / "model")
+    cmd = [sys.executable, "-m", "rehearsal_gym.cli", "eval", "--envs", "Finance-v0", "--tasks", "3"]
+    cmd += ["--first-task", "50", "--out", str(tmp_path / "eval"), "--quiet"]
+    cmd += ["--model", f"a={tmp_path / 'model'}", f"b={tmp_path / 'model'}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "held-out tasks 50..52 (gained / lost: against a)" in out.stdout
+    rows = (tmp_path / "eval" / "eval_Finance-v0.csv").read_text().splitlines()
+    assert rows[0].startswith("model,success,gained,lost,p,")
+    assert rows[1].split(",")[2:5] == rows[2].split(",")[2:5] == ["0", "0", "1.000"]  # same weights
+    shifted = evaluate(tiny_lm, "Finance-v0", 2, first_task=4)
+    assert shifted["first_task"] == 4 and len(shifted["templates"]) == 2
+    alone = evaluate(tiny_lm, "Finance-v0", 6)
+    assert shifted["outcomes"] == alone["outcomes"][4:] and shifted["templates"] == alone["templates"][4:]
+    with pytest.raises(ValueError, match="first_task"):
+        evaluate(tiny_lm, "Finance-v0", 2, first_task=-1)
+
+
+def test_eval_rejects_bad_input(tmp_path):
+    base = [sys.executable, "-m", "rehearsal_gym.cli", "eval", "--model", str(tmp_path)]
+    out = subprocess.run(base + ["--first-task", "-1"], capture_output=True, text=True)
+    assert out.returncode != 0 and "--first-task must be >= 0" in out.stderr
+    out = subprocess.run(base + [f"x={tmp_path}", f"x={tmp_path}"], capture_output=True, text=True)
+    assert out.returncode != 0 and "names 'x' twice" in out.stderr
+    out = subprocess.run(base + ["--envs", "Finance-v0", "--tasks", "1"], capture_output=True, text=True)
+    assert out.returncode != 0 and "is not a model directory" in out.stderr

@@ -84,3 +84,51 @@ def test_ppo_table_means_over_seeds_and_keeps_the_paired_test():
     assert row["warm start"] == 0.5  # the SEED run starts from the analyst warm start: not averaged in
     assert row["PPO real"] == "55.0% (+5.0, 2 seeds)" and row["PPO + SEED"] == "45.0% (+5.0, 1 seed)"
     assert row["PPO rehearsed"] == "-"
+
+
+def _result(outcomes, templates, env="Retail-v0", first_task=0):
+    per = {
+        t: sum(o for o, u in zip(outcomes, templates, strict=True) if u == t) / templates.count(t)
+        for t in set(templates)
+    }
+    return {
+        "env": env,
+        "first_task": first_task,
+        "success": sum(outcomes) / len(outcomes),
+        "outcomes": outcomes,
+        "per_template": per,
+    }
+
+
+def test_comparison_rows_pair_every_model_with_the_first():
+    from rehearsal_gym.report import comparison_rows
+
+    templates = ["cancel", "status", "status", "cancel"]
+    rows = comparison_rows(
+        {
+            "warm": _result([1, 0, 0, 0], templates),
+            "ppo": _result([1, 1, 1, 0], templates),
+            "bad": _result([0, 0, 0, 0], templates[:3] + ["refund"]),
+        }
+    )
+    assert [r["model"] for r in rows] == ["warm", "ppo", "bad"]
+    assert (rows[0]["gained"], rows[0]["lost"], rows[0]["p"]) == (0, 0, "1.000")
+    assert (rows[1]["success"], rows[1]["gained"], rows[1]["lost"], rows[1]["p"]) == (0.75, 2, 0, "0.500")
+    assert (rows[2]["gained"], rows[2]["lost"]) == (0, 1)
+    assert rows[1]["status"] == 1.0 and rows[1]["cancel"] == 0.5
+    assert rows[0]["refund"] != rows[0]["refund"]  # NaN: the template did not occur in that evaluation
+    assert list(rows[0]) == ["model", "success", "gained", "lost", "p", "cancel", "refund", "status"]
+
+
+def test_comparison_rows_refuse_evaluations_of_other_tasks():
+    from rehearsal_gym.report import comparison_rows
+
+    a = _result([1, 0], ["x", "y"])
+    with pytest.raises(ValueError, match="other tasks"):
+        comparison_rows({"a": a, "b": _result([1, 0], ["x", "y"], first_task=100)})
+    with pytest.raises(ValueError, match="other tasks"):
+        comparison_rows({"a": a, "b": _result([1, 0], ["x", "y"], env="Finance-v0")})
+    with pytest.raises(ValueError, match="same tasks"):
+        comparison_rows({"a": a, "b": _result([1, 0, 1], ["x", "y", "x"])})
+    with pytest.raises(ValueError, match="at least one"):
+        comparison_rows({})
