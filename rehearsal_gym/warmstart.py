@@ -44,7 +44,7 @@ class WarmStartConfig:
     drill_steps: int = 1500  # first steps train on copy drills only (forms the copying circuit)
     drill_batch_size: int = 32  # sequences per drill step (drills are short)
     drill_every: int = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
-    steps: int = 3000  # optimizer steps after the drill steps
+    steps: int = 8000  # optimizer steps after the drill steps
     batch_size: int = 16  # sequences per step
     lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
     warmup: int = 60  # warmup steps

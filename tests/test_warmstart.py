@@ -118,7 +118,7 @@ def test_copy_drills_repeat_their_items(tiny_lm):
 
 @pytest.mark.slow
 def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
-    """Opt in with -m slow (about 15 minutes on 2 CPU cores)."""
+    """Opt in with -m slow (about 35 minutes on 2 CPU cores)."""
     from rehearsal_gym.rollout import evaluate
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
