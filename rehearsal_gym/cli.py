@@ -153,7 +153,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"--first-task must be >= 0, got {args.first_task}")
     paths: dict[str, str] = {}
     for spec in args.model:
-        name, _, path = spec.rpartition("=") if "=" in spec else (spec, "", spec)
+        # NAME=PATH, unless the whole argument is an existing path (a directory name may hold "=")
+        name, path = spec.split("=", 1) if "=" in spec and not Path(spec).exists() else (spec, spec)
         if name in paths:
             raise SystemExit(f"--model names {name!r} twice")
         paths[name] = path

@@ -141,13 +141,17 @@ def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):
     tiny_lm.save(tmp_path / "model")
     cmd = [sys.executable, "-m", "rehearsal_gym.cli", "eval", "--envs", "Finance-v0", "--tasks", "3"]
     cmd += ["--first-task", "50", "--out", str(tmp_path / "eval"), "--quiet"]
-    cmd += ["--model", f"a={tmp_path / 'model'}", f"b={tmp_path / 'model'}"]
+    (tmp_path / "lr=1e-4").mkdir()
+    tiny_lm.save(tmp_path / "lr=1e-4" / "model")
+    bare = str(tmp_path / "lr=1e-4" / "model")  # an existing path holding "=" is a path, not NAME=PATH
+    cmd += ["--model", f"a={tmp_path / 'model'}", f"b={bare}", bare]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "held-out tasks 50..52 (gained / lost: against a)" in out.stdout
     rows = (tmp_path / "eval" / "eval_Finance-v0.csv").read_text().splitlines()
     assert rows[0].startswith("model,success,gained,lost,p,")
     assert rows[1].split(",")[2:5] == rows[2].split(",")[2:5] == ["0", "0", "1.000"]  # same weights
+    assert [r.split(",")[0] for r in rows[1:]] == ["a", "b", bare]
     shifted = evaluate(tiny_lm, "Finance-v0", 2, first_task=4)
     assert shifted["first_task"] == 4 and len(shifted["templates"]) == 2
     alone = evaluate(tiny_lm, "Finance-v0", 6)
