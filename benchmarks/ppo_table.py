@@ -55,12 +55,15 @@ def run_dir(out: Path, env: str, setting: str, seed: int) -> Path:
     return out / f"{env}_{setting}_s{seed}"
 
 
-def run_one(out: Path, env: str, setting: str, seed: int, eval_tasks: int) -> dict | None:
+def run_one(
+    out: Path, env: str, setting: str, seed: int, eval_tasks: int, model: str | None = None
+) -> dict | None:
     path = run_dir(out, env, setting, seed)
     result = path / "result.json"
     if not result.exists():
         cmd = ["rehearsal-gym", "train", "--env", env, "--seed", str(seed), "--eval-tasks", str(eval_tasks)]
         cmd += COMMON + SETTINGS[setting] + ["--out", str(path), "--resume"]
+        cmd += ["--model", model] if model else []
         print(" ".join(cmd), flush=True)
         start = time.monotonic()
         with open(path.with_suffix(".log"), "w") as log:
@@ -117,6 +120,9 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--eval-tasks", type=int, default=1000)
     parser.add_argument("--out", default="runs/ppo_table")
+    parser.add_argument(
+        "--model", default=None, help="local model directory (default: the cached warm start)"
+    )
     parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
     args = parser.parse_args()
     out = Path(args.out)
@@ -129,7 +135,7 @@ def main() -> int:
                     path = run_dir(out, env, setting, seed) / "result.json"
                     result = json.loads(path.read_text()) if path.exists() else None
                 else:
-                    result = run_one(out, env, setting, seed, args.eval_tasks)
+                    result = run_one(out, env, setting, seed, args.eval_tasks, args.model)
                 if result is not None:
                     results[(env, setting, seed)] = result
     if not results:

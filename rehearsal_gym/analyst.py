@@ -23,7 +23,7 @@ from .model import LM
 from .rollout import Episode, run_episodes
 from .sampling import sample
 from .skills import Skill, analyst_prompt, label_skill, parse_skill
-from .warmstart import _batch, length_batches, masked_lm_loss
+from .warmstart import _batch, length_batches, lm_step
 
 
 @dataclass(frozen=True)
@@ -111,17 +111,9 @@ def train_analyst(
     for step in tqdm(range(config.steps), desc="analyst warm start", disable=not progress, mininterval=2):
         if not batches:
             batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-        ids, attn, mask = _batch(examples, batches.pop(), lm.pad_id)
-        for group in opt.param_groups:  # cosine decay to 10%
-            group["lr"] = config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / config.steps)))
-        loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, mask)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"analyst loss is {loss.item()} at step {step}; lower AnalystConfig.lr")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(lm.model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        lr = config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / config.steps)))  # cosine to 10%
+        batch = _batch(examples, batches.pop(), lm.pad_id)
+        losses.append(lm_step(lm, opt, batch, lr, f"analyst step {step}", "AnalystConfig.lr"))
     lm.model.eval()
     return losses
 

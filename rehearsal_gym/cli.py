@@ -112,12 +112,14 @@ def _demo_ppo(lm, args: argparse.Namespace) -> None:
 
 
 def cmd_warmstart(args: argparse.Namespace) -> int:
-    """Train (or load the cached) warm start and report held-out success per family."""
+    """Train the warm start (replacing its cache) and report held-out success per family."""
     from .report import plot_curve, write_table
     from .rollout import evaluate
     from .warmstart import train_warm_start, warm_start_path
 
-    config = _warm_config(steps=args.steps, tasks_per_env=args.tasks_per_env, seed=args.seed)
+    config = _warm_config(
+        steps=args.steps, tasks_per_env=args.tasks_per_env, seed=args.seed, polish_steps=args.polish_steps
+    )
     out = Path(args.out)
     t0 = time.time()
     lm, losses = train_warm_start(config, progress=not args.quiet)
@@ -132,7 +134,10 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
         print(
             f"{env_id}: {result['success']:.1%} of {result['n']} held-out tasks; per template {result['per_template']}"
         )
-    print(f"\nwarm start: {config.steps} steps in {train_s:.0f}s, final loss {np.mean(losses[-20:]):.3f}\n")
+    polish = f" + {config.polish_steps} polish steps" if config.polish_steps else ""
+    print(
+        f"\nwarm start: {config.steps} steps{polish} in {train_s:.0f}s, final loss {np.mean(losses[-20:]):.3f}\n"
+    )
     print(write_table(rows, out, "warmstart"))
     (out / "warmstart_config.json").write_text(json.dumps({"key": config.key(), "steps": config.steps}))
     print(f"\nwritten: {out}/warmstart.csv, {out}/warmstart.md, {out}/warmstart_loss.png")
@@ -258,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     ws = sub.add_parser("warmstart", help=cmd_warmstart.__doc__)
     ws.add_argument("--steps", type=int, default=None)
     ws.add_argument("--tasks-per-env", type=int, default=None)
+    ws.add_argument(
+        "--polish-steps", type=int, default=None, help="agent-role steps on fresh demos after the main phase"
+    )
     ws.add_argument("--eval-tasks", type=int, default=100)
     ws.add_argument("--seed", type=int, default=0)
     ws.add_argument("--out", default="runs/warmstart")

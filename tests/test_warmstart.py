@@ -86,6 +86,10 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         ({"env_role_fraction": 1.5}, "env_role_fraction"),
         ({"copy_drills": 0}, "copy_drills"),
         ({"drill_steps": -1}, "drill_steps"),
+        ({"polish_steps": -1}, "polish_steps"),
+        ({"polish_lr": 0.0}, "polish_lr"),
+        ({"polish_tasks_per_env": 0}, "polish_tasks_per_env"),
+        ({"polish_env_role_fraction": -0.1}, "polish_env_role_fraction"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
@@ -96,6 +100,39 @@ def test_config_errors_name_the_field(kwargs, field):
 def test_config_key_changes_with_config():
     assert WarmStartConfig().key() == WarmStartConfig().key()
     assert WarmStartConfig(steps=5).key() != WarmStartConfig().key()
+    assert WarmStartConfig(polish_steps=5).key() != WarmStartConfig().key()
+    assert WarmStartConfig(polish_steps=0).key() != WarmStartConfig().key()
+
+
+def test_config_key_without_polish_is_the_key_from_before_polish_existed():
+    # the polish fields join the key only when polish is on, so caches of older configs stay valid
+    no_polish = WarmStartConfig(polish_steps=0)
+    assert WarmStartConfig(polish_steps=0, polish_lr=1e-3, polish_tasks_per_env=7).key() == no_polish.key()
+    assert no_polish.key() == "906ff9c55b0e"  # the 8000-step warm start of the README's earlier tables
+
+
+def test_polish_trains_both_roles_on_unseen_tasks(tiny_tokenizer):
+    config = WarmStartConfig(
+        tasks_per_env=4,
+        steps=4,
+        copy_drills=30,
+        drill_steps=2,
+        drill_batch_size=4,
+        batch_size=4,
+        warmup=2,
+        polish_steps=12,
+        polish_tasks_per_env=6,
+        polish_lr=3e-3,
+        model=LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+    )
+    lm = LM.new(tiny_tokenizer, config.model, seed=0)
+    logs = []
+    lm, losses = train_warm_start(config, lm=lm, progress=False, log=logs.append)
+    assert len(losses) == config.drill_steps + config.steps + config.polish_steps
+    assert all(np.isfinite(losses))
+    line = next(line for line in logs if line.startswith("polish: "))
+    assert int(line.split()[1]) > 18  # 18 fresh demos as agent, plus environment-role sequences
+    assert not lm.model.training
 
 
 def test_copy_drills_repeat_their_items(tiny_lm):
@@ -118,14 +155,16 @@ def test_copy_drills_repeat_their_items(tiny_lm):
 
 @pytest.mark.slow
 def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
-    """Opt in with -m slow (about 35 minutes on 2 CPU cores)."""
+    """Opt in with -m slow (about 45 minutes on 2 CPU cores)."""
     from rehearsal_gym.rollout import evaluate
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
     lm, _ = train_warm_start(WarmStartConfig(), progress=False, log=lambda s: None)
-    assert evaluate(lm, "ToolCall-v0", 100)["success"] > 0.5
-    # Finance ranged 32-53% over four trainings (thread scheduling changes float sums)
-    assert evaluate(lm, "Finance-v0", 100)["success"] >= 0.25
+    # measured 99.7%, 94.3% and 28.3% on held-out tasks 1000..1299 (one training; thread scheduling
+    # changes float sums, so trainings differ: Finance before the polish phase ranged 32-53%)
+    assert evaluate(lm, "ToolCall-v0", 100)["success"] > 0.9
+    assert evaluate(lm, "Finance-v0", 100)["success"] >= 0.8
+    assert evaluate(lm, "Retail-v0", 100)["success"] >= 0.2
     # the environment role writes usable results (3 of 71 calls were unusable when measured)
     from rehearsal_gym.rollout import run_episodes
     from rehearsal_gym.selfsim import SelfSimEnv
