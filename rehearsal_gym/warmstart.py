@@ -101,8 +101,9 @@ def build_examples(lm: LM, config: WarmStartConfig) -> tuple[list[Example], list
     examples, drills = [], []
     for env_id in config.envs:
         demos = record_oracle_episodes(env_id, range(config.tasks_per_env))
-        examples += _both_roles(lm, demos, config.env_role_fraction, config.env_role_examples, rng)
+        # drills draw from rng before the environment-role examples (the order the cached keys were made with)
         drills += copy_drills(lm, demos, config.copy_drills // len(config.envs), rng)
+        examples += _both_roles(lm, demos, config.env_role_fraction, config.env_role_examples, rng)
     _check_context(lm, examples)
     return examples, drills
 

@@ -68,6 +68,7 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         batch_size=4,
         lr=3e-3,
         warmup=5,
+        polish_steps=0,
         model=LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
     )
     lm = LM.new(tiny_tokenizer, config.model, seed=0)
@@ -174,3 +175,13 @@ def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
     infos = [info for ep in episodes for info in ep.infos if "call" in info]
     unusable = [info for info in infos if "environment role" in str(info.get("error", ""))]
     assert len(unusable) < 0.2 * len(infos)
+
+
+def test_build_examples_draws_drills_first_so_cached_configs_keep_their_data(tiny_lm):
+    # a cached warm start is found by its config's key: the same config must build the same data
+    from rehearsal_gym.warmstart import build_examples
+
+    config = WarmStartConfig(envs=("Retail-v0",), tasks_per_env=6, copy_drills=10)
+    _, drills = build_examples(tiny_lm, config)
+    demos = record_oracle_episodes("Retail-v0", range(6))
+    assert drills == copy_drills(tiny_lm, demos, 10, np.random.default_rng(config.seed))
