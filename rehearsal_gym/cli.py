@@ -126,6 +126,8 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
     lm.save(warm_start_path(config))
     train_s = time.time() - t0
     title = f"warm start: copy drills to step {config.drill_steps}, then episodes of both roles"
+    if config.polish_steps:
+        title += f", polish from step {config.drill_steps + config.steps}"
     plot_curve(losses, out / "warmstart_loss.png", title, "masked NLL")
     rows = []
     for env_id in REAL_ENV_IDS:
@@ -264,7 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--steps", type=int, default=None)
     ws.add_argument("--tasks-per-env", type=int, default=None)
     ws.add_argument(
-        "--polish-steps", type=int, default=None, help="agent-role steps on fresh demos after the main phase"
+        "--polish-steps",
+        type=int,
+        default=None,
+        help="steps on fresh demos of both roles after the main phase (0: none)",
     )
     ws.add_argument("--eval-tasks", type=int, default=100)
     ws.add_argument("--seed", type=int, default=0)
