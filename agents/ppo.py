@@ -55,6 +55,9 @@ class PPOConfig:
     rehearse: str = "off"  # "off" = real env; else the SelfSimEnv mode ("replace", "wrap", "mixed")
     rehearsal_verifier: str = "real"  # SelfSimEnv verifier: "real" or "consistent" (world the agent saw)
     rehearsal_world: str = "policy"  # who imagines tool results: "policy" (EnvACE: the policy in training) or "frozen" (reference)
+    # rehearsed: a task group's episodes share one imagined world (SelfSimEnv world_seed), so the
+    # group baseline compares samples answered alike, as real tools answer them
+    shared_worlds: bool = True
     iterations: int = 20  # collect/update rounds
     tasks_per_iter: int = 8  # distinct train tasks per round
     group_size: int = 4  # episodes per task (the group baseline averages over them)
@@ -295,6 +298,14 @@ class PPOTrainer:
         self.last_options = options
         self.lm.model.eval()
         seed = int(self.rng.integers(2**31 - 1))
+        if self.config.shared_worlds and self.config.rehearse != "off":
+            # one imagined world per task group: the group baseline compares samples that were
+            # answered alike for the same call (as the real tools would answer them), not samples
+            # that met different imagined results
+            for opts, g in zip(options, groups, strict=True):
+                opts["world_seed"] = int(
+                    np.random.SeedSequence([seed, g]).generate_state(1, np.uint64)[0] >> 1
+                )
         if self.rollouts is not None:
             self.rollouts.sync(self.iteration, self.lm.model.state_dict())
             episodes, versions = self.rollouts.collect(options, seed)

@@ -14,8 +14,10 @@ only shifts a constant answer towards the sample's most common value looked like
     python benchmarks/ppo_table.py --out runs/ppo_table --report-only         # tables from finished runs
 
 Settings: real (the real env), rehearsed (SelfSimEnv replace mode, consistent verifier: every tool
-result is imagined by the policy's environment role, and both roles train), frozen (the same, but the
-frozen warm start imagines the results and only the agent role trains), seed (real env + SEED's
+result is imagined by the policy's environment role, and both roles train; a task group's episodes
+share one imagined world), frozen (the same, but the frozen warm start imagines the results and only
+the agent role trains), frozen-unshared (frozen with a world per episode, as before `shared_worlds`
+existed), seed (real env + SEED's
 on-policy distillation from the policy's own skills; its "before" is the analyst warm start). Every run
 is evaluated greedily in the real env on the same held-out tasks before and after.
 """
@@ -36,17 +38,20 @@ COMMON = (
     "--lr 1e-4 --negative-weight 0 --temperature 0.7 --tasks-per-iter 16 --group-size 8 "
     "--minibatch-size 32 --iterations 30 --quiet"
 ).split()
+REHEARSED = ["--rehearse", "replace", "--rehearsal-verifier", "consistent"]
+FROZEN = [*REHEARSED, "--rehearsal-world", "frozen", "--no-train-env-role"]
 SETTINGS = {
     "real": [],
-    "rehearsed": ["--rehearse", "replace", "--rehearsal-verifier", "consistent"],
-    "frozen": ["--rehearse", "replace", "--rehearsal-verifier", "consistent", "--rehearsal-world", "frozen"]
-    + ["--no-train-env-role"],
+    "rehearsed": [*REHEARSED, "--shared-worlds"],
+    "frozen": [*FROZEN, "--shared-worlds"],
+    "frozen-unshared": [*FROZEN, "--no-shared-worlds"],
     "seed": ["--seed-distill"],
 }
 COLUMNS = {
     "real": "PPO real",
     "rehearsed": "PPO rehearsed",
     "frozen": "PPO rehearsed, frozen world",
+    "frozen-unshared": "PPO rehearsed, frozen world, one world per episode",
     "seed": "PPO + SEED",
 }
 

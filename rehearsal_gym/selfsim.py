@@ -204,6 +204,7 @@ class SelfSimEnv(ToolEnv):
         self.cache = cache
         self._pending: dict[str, Any] = {}
         self._real_verdict: bool | None = None
+        self._world_seed: int | None = None  # options["world_seed"] of the last reset
 
     # -- where a tool call is answered ------------------------------------------------------------
     def run_tool(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
@@ -229,16 +230,26 @@ class SelfSimEnv(ToolEnv):
 
     def plan(self, call: ToolCall) -> dict[str, Any]:
         """Every random draw of answering `call`, in a fixed order: real or imagined, the
-        environment-role prompt (with its drawn examples) and the sampling seed."""
-        if self.mode == "mixed" and self.np_random.random() < self.p_real:
+        environment-role prompt (with its drawn examples) and the sampling seed.
+
+        The draws come from the env's `np_random`, or, after a reset with ``options["world_seed"]``,
+        from a generator seeded by that seed, the transcript so far and the call: episodes reset
+        with the same world seed then get the same answer to the same call after the same history,
+        as a deterministic real tool would give them."""
+        transcript = self.transcript[:-1] if self.transcript[-1][0] == "agent" else self.transcript
+        rng = self.np_random
+        if self._world_seed is not None:
+            text = json.dumps([transcript, call.name, call.arguments], sort_keys=True, default=str)
+            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+            rng = np.random.default_rng([self._world_seed, int.from_bytes(digest, "little")])
+        if self.mode == "mixed" and rng.random() < self.p_real:
             return {"imagine": False}
         examples = self.bank.examples(
-            call.name, self.n_examples, self.np_random, exclude=format_call(call.name, call.arguments)
+            call.name, self.n_examples, rng, exclude=format_call(call.name, call.arguments)
         )
-        transcript = self.transcript[:-1] if self.transcript[-1][0] == "agent" else self.transcript
         prompt = env_role_prompt(self.tools, call, transcript, examples)
         prompt_ids = self.lm.turn("sim", prompt) + [self.lm.role_ids["env"]]
-        seed = int(self.np_random.integers(0, 2**62))
+        seed = int(rng.integers(0, 2**62))
         return {"imagine": True, "prompt_ids": prompt_ids, "seed": seed}
 
     def plan_step(self, action: str) -> dict[str, Any] | None:
@@ -300,11 +311,20 @@ class SelfSimEnv(ToolEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """As the base env; ``options["history"]`` = [(action, observation), ...] of a real episode
         of the same task (with ``options["task"]``) starts the rehearsal from that real state
-        (branched rehearsal): the prefix is taken as given, later steps are imagined."""
+        (branched rehearsal): the prefix is taken as given, later steps are imagined.
+        ``options["world_seed"]`` (int >= 0) fixes the imagined world: episodes reset with the same
+        world seed are answered alike for the same call after the same history (see `plan`), so a
+        group baseline compares samples that met the same world."""
         self._pending = {}
         self.seen = []
         options = dict(options or {})
         history = options.pop("history", None)
+        world_seed = options.pop("world_seed", None)
+        if world_seed is not None and (
+            isinstance(world_seed, bool) or not isinstance(world_seed, int | np.integer) or world_seed < 0
+        ):
+            raise ValueError(f"options['world_seed'] must be an int >= 0, got {world_seed!r}")
+        self._world_seed = None if world_seed is None else int(world_seed)
         obs, info = super().reset(seed=seed, options=options)
         if history:
             if not isinstance(history, list | tuple) or not all(

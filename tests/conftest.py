@@ -1,11 +1,18 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 import torch
 
-# Keep caches of the default tokenizer/model out of the user's home during tests.
-os.environ.setdefault("REHEARSAL_GYM_HOME", tempfile.mkdtemp(prefix="rehearsal-gym-test-"))
+# Keep caches of the default tokenizer/model out of the user's home during tests, and SB3's logger
+# folders (learn() otherwise leaves a /tmp/SB3-<time> folder per call) in the same temp dir, removed
+# at exit.
+_TMP = tempfile.mkdtemp(prefix="rehearsal-gym-test-")
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
+os.environ.setdefault("REHEARSAL_GYM_HOME", _TMP)
+os.environ.setdefault("SB3_LOGDIR", os.path.join(_TMP, "sb3"))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 import rehearsal_gym  # noqa: E402,F401 - registers env ids

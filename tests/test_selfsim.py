@@ -117,6 +117,27 @@ def test_untrained_model_never_crashes_and_is_reproducible(tiny_lm):
     assert run(3) == run(3)
 
 
+def test_world_seed_fixes_the_imagined_world(tiny_lm):
+    def imagined(world_seed, reset_seed, call='CALL get_account {"account_id": "A1"}'):
+        env = SelfSimEnv("Finance-v0", model=tiny_lm, max_result_tokens=24, bank_tasks=5)
+        opts = {"task_index": 3} if world_seed is None else {"task_index": 3, "world_seed": world_seed}
+        env.reset(seed=reset_seed, options=opts)
+        return tuple(env.step(call)[4]["env_role"]["ids"])  # the sampled result (untrained: noise)
+
+    # the same world seed answers the same call alike, whatever the env's own seed
+    assert imagined(7, reset_seed=1) == imagined(7, reset_seed=2)
+    worlds = {imagined(w, reset_seed=1) for w in range(6)}
+    assert len(worlds) > 1  # other world seeds, other worlds
+    assert len({imagined(None, reset_seed=s) for s in range(6)}) > 1  # without one: the env's seed decides
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+def test_bad_world_seed_is_a_clear_error(tiny_lm, bad):
+    env = SelfSimEnv("ToolCall-v0", model=tiny_lm, bank_tasks=3)
+    with pytest.raises(ValueError, match="world_seed"):
+        env.reset(options={"world_seed": bad})
+
+
 def test_uncertainty_reported_with_several_samples(tiny_lm):
     env = SelfSimEnv("ToolCall-v0", model=tiny_lm, n_samples=3, max_result_tokens=8, bank_tasks=5)
     env.reset(seed=0)

@@ -106,6 +106,22 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
         assert env.mode == "replace"
 
 
+@pytest.mark.parametrize("rehearse, shared", [("off", True), ("replace", True), ("replace", False)])
+def test_shared_worlds_give_each_task_group_one_world_seed(tiny_lm, rehearse, shared):
+    config = PPOConfig(**{**TINY, "tasks_per_iter": 3, "rehearse": rehearse, "shared_worlds": shared})
+    trainer = PPOTrainer(config, fresh(tiny_lm))
+    _, groups = trainer.collect()
+    seeds = [opts.get("world_seed") for opts in trainer.last_options]
+    if rehearse == "off" or not shared:  # the real env's world is the task's own; else one per episode
+        assert seeds == [None] * len(groups)
+        return
+    by_group = {}
+    for g, s in zip(groups, seeds, strict=True):
+        by_group.setdefault(g, set()).add(s)
+    assert all(len(v) == 1 for v in by_group.values())  # one world per group
+    assert len({next(iter(v)) for v in by_group.values()}) == 3  # a different one per group
+
+
 def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_path):
     config = PPOConfig(
         **{**TINY, "rehearse": "replace", "rehearsal_world": "frozen", "train_env_role": False}
