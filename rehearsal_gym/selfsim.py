@@ -315,15 +315,15 @@ class SelfSimEnv(ToolEnv):
         ``options["world_seed"]`` (int >= 0) fixes the imagined world: episodes reset with the same
         world seed are answered alike for the same call after the same history (see `plan`), so a
         group baseline compares samples that met the same world."""
-        self._pending = {}
-        self.seen = []
         options = dict(options or {})
-        history = options.pop("history", None)
         world_seed = options.pop("world_seed", None)
-        if world_seed is not None and (
+        if world_seed is not None and (  # checked before anything of the current episode is reset
             isinstance(world_seed, bool) or not isinstance(world_seed, int | np.integer) or world_seed < 0
         ):
             raise ValueError(f"options['world_seed'] must be an int >= 0, got {world_seed!r}")
+        self._pending = {}
+        self.seen = []
+        history = options.pop("history", None)
         self._world_seed = None if world_seed is None else int(world_seed)
         obs, info = super().reset(seed=seed, options=options)
         if history:
