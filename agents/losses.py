@@ -119,6 +119,14 @@ def value_loss(
     return 0.5 * masked_mean(err, mask)
 
 
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """How far the policy moved from the one that sampled the tokens: the k3 estimate of
+    KL(old || new), ``(ratio - 1) - log(ratio)`` with ratio = exp(logp - old_logp), token-mean over the
+    mask (stable-baselines3's `approx_kl`, its `target_kl` early stop compares it with 1.5 * target)."""
+    log_ratio = logp - old_logp
+    return masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
+
+
 def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Low-variance KL(policy || reference) estimator k3 = exp(r) - r - 1, r = ref_logp - logp."""
     r = ref_logp - logp

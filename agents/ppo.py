@@ -30,6 +30,7 @@ from rehearsal_gym.skills import SkillLibrary
 
 from .losses import (
     REDUCTIONS,
+    approx_kl,
     entropy,
     grounding_loss,
     group_advantages,
@@ -68,6 +69,9 @@ class PPOConfig:
         0  # linear learning-rate warm-up over the first iterations (Adam's first steps are its largest)
     )
     clip: float = 0.2  # PPO ratio clip
+    # stop an iteration's updates once approx KL(sampling policy || policy) on a minibatch exceeds
+    # 1.5 * target_kl, before that minibatch's step (stable-baselines3's rule); 0 = off
+    target_kl: float = 0.0
     kl_coef: float = 0.01  # KL(policy || frozen reference) coefficient (SEED's reference value)
     ent_coef: float = 0.0  # entropy bonus
     max_grad_norm: float = 1.0  # gradient clipping
@@ -165,6 +169,7 @@ class PPOConfig:
             "vf_coef",
             "negative_weight",
             "grounding_coef",
+            "target_kl",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -387,19 +392,31 @@ class PPOTrainer:
         stats: dict[str, list[float]] = {
             "policy_loss": [],
             "approx_kl_ref": [],
+            "approx_kl": [],
             "clip_frac": [],
             "value_loss": [],
             "opd_loss": [],
             "grounding_loss": [],
         }
         self.lm.model.train()
+        steps = planned = 0
+        stopped = False
         for _ in range(self.config.epochs):
             for batch in self._minibatches(seqs):
                 if not any(any(s.mask) for s in batch):
                     continue
+                planned += 1
+                if stopped:
+                    continue
                 ids, attn, mask, old, advs = _pad(batch, self.lm.pad_id)
                 logits, values = self._forward(ids, attn)
                 logp = token_logprobs(logits, ids[:, 1:], self.config.temperature)
+                with torch.no_grad():
+                    moved = approx_kl(logp, old[:, 1:], mask[:, 1:]).item()
+                stats["approx_kl"].append(moved)
+                if self.config.target_kl and moved > 1.5 * self.config.target_kl:
+                    stopped = True  # the policy left the samples' neighbourhood: no more steps this round
+                    continue
                 with torch.no_grad():
                     ref_logits = self.ref(input_ids=ids, attention_mask=attn).logits[:, :-1]
                     ref_logp = token_logprobs(ref_logits, ids[:, 1:], self.config.temperature)
@@ -450,13 +467,16 @@ class PPOTrainer:
                 stats["policy_loss"].append(pl.item())
                 stats["approx_kl_ref"].append(kl.item())
                 stats["clip_frac"].append(clip_frac.item())
-            if grounding and self.config.grounding_coef:
+                steps += 1
+            if grounding and self.config.grounding_coef and not stopped:
                 for start in range(0, len(grounding), self.config.minibatch_size):
                     stats["grounding_loss"].append(
                         self._grounding_step(grounding[start : start + self.config.minibatch_size])
                     )
         self.lm.model.eval()
-        return {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+        out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+        out["update_fraction"] = steps / planned if planned else 0.0  # < 1 when target_kl stopped it
+        return out
 
     def learning_rate(self) -> float:
         """The learning rate of the current iteration (linear warm-up, then constant)."""

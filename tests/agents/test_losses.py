@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rehearsal_gym.agents.losses import (
+    approx_kl,
     entropy,
     grounding_loss,
     group_advantages,
@@ -87,6 +88,16 @@ def test_value_loss_and_kl_and_entropy():
     assert kl_to_reference(logp, logp, torch.ones(1, 1)).item() == 0.0
     uniform = torch.zeros(1, 1, 4)
     assert entropy(uniform, torch.ones(1, 1)).item() == pytest.approx(math.log(4))
+
+
+def test_approx_kl_hand_computed():
+    new = torch.tensor([[math.log(0.5), math.log(0.2)]])
+    old = torch.tensor([[math.log(0.25), math.log(0.2)]])
+    log_ratio = math.log(0.5) - math.log(0.25)
+    expected = (math.exp(log_ratio) - 1 - log_ratio) / 2  # the second token did not move
+    assert approx_kl(new, old, torch.ones(1, 2)).item() == pytest.approx(expected)
+    assert approx_kl(new, old, torch.tensor([[0.0, 1.0]])).item() == 0.0
+    assert approx_kl(new, old, torch.tensor([[1.0, 0.0]])).item() > 0
 
 
 def test_group_advantages():

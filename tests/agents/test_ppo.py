@@ -73,6 +73,30 @@ def test_update_changes_parameters_and_moves_toward_reward(tiny_lm):
     assert logp(good) - logp(bad) > gap_before
 
 
+def test_target_kl_stops_the_round_once_the_policy_moved(tiny_lm):
+    ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
+    full = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
+    mask = [0] * len(ids) + [1] * (len(full) - len(ids))
+
+    def seqs(lm):
+        with torch.no_grad():
+            lp = torch.log_softmax(lm.model(input_ids=torch.tensor([full])).logits[0, :-1], -1)
+        old = [0.0] + lp.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1).tolist()
+        return [RoleSequence(full, mask, old, reward, group=0) for reward in (1.0, 0.0)]
+
+    def run(target_kl):
+        trainer = PPOTrainer(
+            PPOConfig(**{**TINY, "epochs": 4, "minibatch_size": 1, "lr": 1e-2, "target_kl": target_kl}),
+            fresh(tiny_lm),
+        )
+        return trainer.update(seqs(trainer.lm))
+
+    free = run(0.0)  # off: every planned step is taken, and the policy moves away from the samples
+    assert free["update_fraction"] == 1.0 and free["approx_kl"] > 0
+    tight = run(1e-9)  # the first step moves it past any tiny target: the rest of the round is skipped
+    assert 0 < tight["update_fraction"] < 1
+
+
 def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path):
     a = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
     a.train_iteration()
@@ -149,6 +173,8 @@ def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_pat
         ({"kl_coef": float("nan")}, "kl_coef"),
         ({"loss_reduction": "sum"}, "loss_reduction"),
         ({"warmup_iterations": -1}, "warmup_iterations"),
+        ({"target_kl": -0.1}, "target_kl"),
+        ({"target_kl": float("nan")}, "target_kl"),
         ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
         ({"rehearsal_world": "dream"}, "rehearsal_world"),
         ({"rehearse": "replace", "rehearsal_world": "frozen"}, "train_env_role"),
