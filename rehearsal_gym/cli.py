@@ -158,6 +158,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"--tasks must be >= 1, got {args.tasks}")
     if args.first_task < 0:
         raise SystemExit(f"--first-task must be >= 0, got {args.first_task}")
+    if args.drills < 0:
+        raise SystemExit(f"--drills must be >= 0, got {args.drills}")
     paths: dict[str, str] = {}
     for spec in args.model:
         # NAME=PATH, unless the whole argument is an existing path (a directory name may hold "=")
@@ -185,8 +187,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"\n{env_id}, held-out tasks {args.first_task}..{last} (gained / lost: against {next(iter(models))})\n"
         )
         print(write_table(comparison_rows(results), Path(args.out), f"eval_{env_id}"))
-    print(f"\nwritten: {args.out}/eval_<env>.csv, {args.out}/eval_<env>.md")
+    written = f"{args.out}/eval_<env>.csv, {args.out}/eval_<env>.md"
+    if args.drills:
+        print(f"\ncopy drills ({args.drills} of each kind per env, values drawn afresh; greedy, exact):\n")
+        print(write_table(_drill_rows(models, args.envs, args.drills), Path(args.out), "eval_drills"))
+        written += f", {args.out}/eval_drills.md"
+    print(f"\nwritten: {written}")
     return 0
+
+
+def _drill_rows(models: dict, env_ids, n: int) -> list[dict]:
+    """Per model and env: the share of fresh repeat and lookup drills solved (a copying-skill probe)."""
+    import numpy as np
+
+    from .demos import DRILL_KINDS, copy_drills, record_oracle_episodes
+    from .warmstart import drill_accuracy
+
+    rows = []
+    for env_id in env_ids:
+        demos = record_oracle_episodes(env_id, range(200))
+        for name, lm in models.items():
+            row = {"model": name, "env": env_id}
+            for kind in DRILL_KINDS:  # the same drills for every model: one seed per env and kind
+                drills = copy_drills(lm, demos, n, np.random.default_rng(12345), kinds=(kind,))
+                row[kind] = f"{drill_accuracy(lm, drills):.1%}"
+            rows.append(row)
+    return rows
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
@@ -287,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
     ev.add_argument("--tasks", type=int, default=100)
     ev.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
+    ev.add_argument(
+        "--drills", type=int, default=0, help="also probe copying: N fresh repeat and N lookup drills per env"
+    )
     ev.add_argument("--out", default="runs/eval")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=cmd_eval)

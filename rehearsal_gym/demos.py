@@ -102,16 +102,27 @@ _ENTITY_RE = re.compile(r"[A-Za-z]*\d[\w.@-]*|[a-z]+\.[a-z]+@[a-z.]+|[A-Z]{3,}")
 _WORD_RE = re.compile(r"\b[A-Za-z]{3,}\b")  # words of tool results (statuses, weekdays, products)
 
 
+DRILL_KINDS = ("repeat", "lookup")
+
+
 def copy_drills(
-    lm: LM, demos: Sequence[Demo], n: int, rng: np.random.Generator
+    lm: LM,
+    demos: Sequence[Demo],
+    n: int,
+    rng: np.random.Generator,
+    kinds: Sequence[str] = DRILL_KINDS,
 ) -> list[tuple[list[int], list[int]]]:
     """Short synthetic copy exercises: repeat a list of values, or look a field up in a JSON object.
 
     Tool use is mostly copying values (an order id from the request into a call, a status from a
     result into the answer). A tiny model learns that skill (induction heads, key lookup) far
     sooner from dense short drills than from whole episodes. Values and keys come from the demos'
-    own text, plus fresh random digit strings so that no particular value is memorised.
+    own text, plus fresh random digit strings so that no particular value is memorised. With both
+    `kinds` the drills alternate (repeat first); with one kind, all are of that kind.
     """
+    unknown = set(kinds) - set(DRILL_KINDS)
+    if not kinds or unknown:
+        raise ValueError(f"copy_drills kinds must be a non-empty subset of {DRILL_KINDS}, got {kinds!r}")
     pool = sorted(
         {m for d in demos for _, text in d.transcript for m in _ENTITY_RE.findall(text)}
         | {w for d in demos for role, text in d.transcript if role == "env" for w in _WORD_RE.findall(text)}
@@ -129,7 +140,8 @@ def copy_drills(
 
     drills = []
     for i in range(n):
-        if i % 2 == 0 or len(keys) < 2:  # repeat a list of values
+        lookup = "lookup" in kinds and ("repeat" not in kinds or i % 2 == 1)
+        if not lookup or len(keys) < 2:  # repeat a list of values
             items = [item() for _ in range(int(rng.integers(2, 7)))]
             head = lm.turn("task", "Repeat: " + ", ".join(items))
             answer = " ".join(items)

@@ -57,15 +57,20 @@ class WarmStartConfig:
     polish_tasks_per_env: int = 3000
     polish_lr: float = 3e-4
     polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
+    polish_drill_every: int = (
+        0  # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
+    )
 
     def __post_init__(self) -> None:
         for name in ("env_role_fraction", "polish_env_role_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"WarmStartConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
-        for name in ("copy_drills", "drill_steps", "drill_every", "env_role_examples"):
+        for name in ("copy_drills", "drill_steps", "drill_every", "env_role_examples", "polish_drill_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
-        if (self.drill_steps or self.drill_every) and self.copy_drills < len(self.envs):
+        if (self.drill_steps or self.drill_every or self.polish_drill_every) and self.copy_drills < len(
+            self.envs
+        ):
             raise ValueError("WarmStartConfig.copy_drills must be >= the number of envs when drills are used")
         for name in ("polish_steps",):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
@@ -87,6 +92,8 @@ class WarmStartConfig:
         fields = asdict(self)
         if not self.polish_steps:  # no polish: the key of configs from before the polish phase existed
             fields = {k: v for k, v in fields.items() if not k.startswith("polish_")}
+        if not self.polish_drill_every:  # ... and from before polish drills existed
+            fields.pop("polish_drill_every", None)
         blob = json.dumps([fields, TOKENIZER_VERSION], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -124,6 +131,24 @@ def _check_context(lm: LM, examples: list[Example]) -> None:
     too_long = [len(ids) for ids, _ in examples if len(ids) > lm.max_len]
     if too_long:
         raise ValueError(f"{len(too_long)} demonstrations exceed the context of {lm.max_len} tokens")
+
+
+@torch.no_grad()
+def drill_accuracy(lm: LM, drills: list[Example]) -> float:
+    """Share of drills whose every answer token is the model's greedy next token (teacher-forced):
+    how well the model copies a value from its context."""
+    if not drills:
+        raise ValueError("drill_accuracy needs at least one drill")
+    was_training = lm.model.training
+    lm.model.eval()
+    solved = 0
+    for ids, mask in drills:
+        x = torch.tensor([ids])
+        pred = lm.model(input_ids=x).logits[0, :-1].argmax(-1)
+        m = torch.tensor(mask[1:], dtype=torch.bool)
+        solved += bool((pred[m] == x[0, 1:][m]).all())
+    lm.model.train(was_training)
+    return solved / len(drills)
 
 
 def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -244,21 +269,32 @@ def polish(
     first = config.tasks_per_env
     t0 = time.time()
     rng = np.random.default_rng(config.seed + 1)
-    examples = []
+    drill_rng = np.random.default_rng(
+        config.seed + 2
+    )  # apart, so polish_drill_every=0 leaves rng's draws as they were
+    examples, drills = [], []
     for env_id in config.envs:
         demos = record_oracle_episodes(env_id, range(first, first + config.polish_tasks_per_env))
         examples += _both_roles(lm, demos, config.polish_env_role_fraction, config.env_role_examples, rng)
+        if config.polish_drill_every:
+            drills += copy_drills(lm, demos, config.copy_drills // len(config.envs), drill_rng)
     _check_context(lm, examples)
-    log(f"polish: {len(examples)} sequences of both roles from fresh demos built in {time.time() - t0:.1f}s")
+    log(
+        f"polish: {len(examples)} sequences of both roles from fresh demos and {len(drills)} copy drills "
+        f"built in {time.time() - t0:.1f}s"
+    )
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.polish_lr, weight_decay=config.weight_decay)
     lr_at = _cosine(config.polish_lr, min(config.warmup, config.polish_steps), config.polish_steps)
     lm.model.train()
     losses, batches = [], []
     bar = tqdm(range(config.polish_steps), desc="polish", disable=not progress, mininterval=2)
     for step in bar:
-        if not batches:
-            batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-        batch = _batch(examples, batches.pop(), lm.pad_id)
+        if config.polish_drill_every and step % config.polish_drill_every == 0:
+            batch = _batch(drills, drill_rng.integers(0, len(drills), config.drill_batch_size), lm.pad_id)
+        else:
+            if not batches:
+                batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
+            batch = _batch(examples, batches.pop(), lm.pad_id)
         losses.append(
             lm_step(lm, opt, batch, lr_at(step), f"polish step {step}", "WarmStartConfig.polish_lr")
         )

@@ -1,5 +1,7 @@
+import copy
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +16,13 @@ from rehearsal_gym.demos import (
     result_bank,
 )
 from rehearsal_gym.model import LM, LMConfig
-from rehearsal_gym.warmstart import WarmStartConfig, masked_lm_loss, train_warm_start
+from rehearsal_gym.warmstart import (
+    WarmStartConfig,
+    drill_accuracy,
+    masked_lm_loss,
+    polish,
+    train_warm_start,
+)
 
 
 def test_masked_lm_loss_hand_computed():
@@ -91,6 +99,8 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         ({"polish_lr": 0.0}, "polish_lr"),
         ({"polish_tasks_per_env": 0}, "polish_tasks_per_env"),
         ({"polish_env_role_fraction": -0.1}, "polish_env_role_fraction"),
+        ({"polish_drill_every": -1}, "polish_drill_every"),
+        ({"polish_drill_every": 1.5}, "polish_drill_every"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
@@ -110,6 +120,27 @@ def test_config_key_without_polish_is_the_key_from_before_polish_existed():
     no_polish = WarmStartConfig(polish_steps=0)
     assert WarmStartConfig(polish_steps=0, polish_lr=1e-3, polish_tasks_per_env=7).key() == no_polish.key()
     assert no_polish.key() == "906ff9c55b0e"  # the 8000-step warm start of the README's earlier tables
+
+
+def test_config_key_without_polish_drills_is_the_key_from_before_they_existed():
+    assert WarmStartConfig(polish_drill_every=0).key() == "4c40a984873c"  # the README's polished warm start
+    assert WarmStartConfig(polish_drill_every=3).key() != WarmStartConfig(polish_drill_every=0).key()
+
+
+def test_polish_drills_interleave_copy_drills(tiny_lm):
+    lm = LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
+    small = dict(tasks_per_env=2, copy_drills=30, drill_batch_size=4, batch_size=4, warmup=2)
+    small.update(polish_steps=6, polish_tasks_per_env=3, envs=("Retail-v0",))
+    logs = []
+    losses = polish(lm, WarmStartConfig(**small, polish_drill_every=2), progress=False, log=logs.append)
+    assert len(losses) == 6 and all(np.isfinite(losses))
+    assert "and 30 copy drills" in logs[0]
+    # drill steps (0, 2, 4) train on short drills: their batches differ from the demo steps'
+    plain = polish(
+        LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer), WarmStartConfig(**small), False, logs.append
+    )
+    assert "and 0 copy drills" in logs[1]
+    assert losses[0] != plain[0] and losses[1] != plain[1]
 
 
 def test_polish_trains_both_roles_on_unseen_tasks(tiny_tokenizer):
@@ -152,6 +183,42 @@ def test_copy_drills_repeat_their_items(tiny_lm):
             key = text.split("Value of ", 1)[1].split("?")[0]
             assert obj[key] == target
     assert kinds == {"repeat", "lookup"}
+
+
+@pytest.mark.parametrize("kind", ["repeat", "lookup"])
+def test_copy_drills_of_one_kind(tiny_lm, kind):
+    demos = record_oracle_episodes("Retail-v0", range(5))
+    texts = [
+        tiny_lm.tokenizer.decode(ids, skip_special_tokens=True)
+        for ids, _ in copy_drills(tiny_lm, demos, 10, np.random.default_rng(0), kinds=(kind,))
+    ]
+    assert len(texts) == 10 and all(("Value of" in t) == (kind == "lookup") for t in texts)
+    with pytest.raises(ValueError, match="kinds"):
+        copy_drills(tiny_lm, demos, 2, np.random.default_rng(0), kinds=("spell",))
+
+
+class _Oracle(torch.nn.Module):
+    """A 'model' whose greedy next token is the drill's own next token (or, shifted, the current one)."""
+
+    def __init__(self, vocab: int, shift: int) -> None:
+        super().__init__()
+        self.vocab, self.shift = vocab, shift
+
+    def forward(self, input_ids):
+        target = torch.roll(input_ids, -self.shift, dims=1)
+        return type("Out", (), {"logits": torch.nn.functional.one_hot(target, self.vocab).float()})
+
+
+def test_drill_accuracy_counts_exactly_solved_drills(tiny_lm):
+    demos = record_oracle_episodes("Retail-v0", range(5))
+    drills = copy_drills(tiny_lm, demos, 6, np.random.default_rng(0))
+    vocab = len(tiny_lm.tokenizer)
+    perfect = SimpleNamespace(model=_Oracle(vocab, shift=1))  # drill_accuracy needs only .model
+    assert drill_accuracy(perfect, drills) == 1.0
+    stuck = SimpleNamespace(model=_Oracle(vocab, shift=0))  # predicts the token it sees: never the answer
+    assert drill_accuracy(stuck, drills) == 0.0
+    with pytest.raises(ValueError, match="at least one"):
+        drill_accuracy(perfect, [])
 
 
 @pytest.mark.slow
