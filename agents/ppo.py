@@ -70,7 +70,8 @@ class PPOConfig:
     )
     clip: float = 0.2  # PPO ratio clip
     # stop an iteration's updates once approx KL(sampling policy || policy) on a minibatch exceeds
-    # 1.5 * target_kl, before that minibatch's step (stable-baselines3's rule); 0 = off
+    # 1.5 * target_kl, before that minibatch's step (stable-baselines3's rule; the round's grounding
+    # steps stop too); 0 = off
     target_kl: float = 0.0
     kl_coef: float = 0.01  # KL(policy || frozen reference) coefficient (SEED's reference value)
     ent_coef: float = 0.0  # entropy bonus
