@@ -118,7 +118,8 @@ def copy_drills(
     result into the answer). A tiny model learns that skill (induction heads, key lookup) far
     sooner from dense short drills than from whole episodes. Values and keys come from the demos'
     own text, plus fresh random digit strings so that no particular value is memorised. With both
-    `kinds` the drills alternate (repeat first); with one kind, all are of that kind.
+    `kinds` the drills alternate (repeat first); with one kind, all are of that kind (a lookup falls
+    back to a repeat when the demos' results have fewer than two keys).
     """
     unknown = set(kinds) - set(DRILL_KINDS)
     if not kinds or unknown:

@@ -57,9 +57,8 @@ class WarmStartConfig:
     polish_tasks_per_env: int = 3000
     polish_lr: float = 3e-4
     polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
-    polish_drill_every: int = (
-        0  # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
-    )
+    # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
+    polish_drill_every: int = 0
 
     def __post_init__(self) -> None:
         for name in ("env_role_fraction", "polish_env_role_fraction"):
