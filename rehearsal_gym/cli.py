@@ -160,6 +160,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"--first-task must be >= 0, got {args.first_task}")
     if args.drills < 0:
         raise SystemExit(f"--drills must be >= 0, got {args.drills}")
+    if args.recall < 0:
+        raise SystemExit(f"--recall must be >= 0, got {args.recall}")
     paths: dict[str, str] = {}
     for spec in args.model:
         # NAME=PATH, unless the whole argument is an existing path (a directory name may hold "=")
@@ -192,6 +194,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"\ncopy drills ({args.drills} of each kind per env, values drawn afresh; greedy, exact):\n")
         print(write_table(_drill_rows(models, args.envs, args.drills), Path(args.out), "eval_drills"))
         written += f", {args.out}/eval_drills.md"
+    if args.recall:
+        last = args.first_task + args.recall - 1
+        print(
+            f"\nrecall (oracle transcripts of held-out tasks {args.first_task}..{last}, teacher-forced: values "
+            "an agent turn copies from the request or only from a tool result, greedy-exact):\n"
+        )
+        rows = _recall_rows(models, args.envs, range(args.first_task, last + 1))
+        print(write_table(rows, Path(args.out), "eval_recall"))
+        written += f", {args.out}/eval_recall.md"
     print(f"\nwritten: {written}")
     return 0
 
@@ -212,6 +223,25 @@ def _drill_rows(models: dict, env_ids, n: int) -> list[dict]:
                 drills = copy_drills(lm, demos, n, np.random.default_rng(12345), kinds=(kind,))
                 row[kind] = f"{drill_accuracy(lm, drills):.1%}"
             rows.append(row)
+    return rows
+
+
+def _recall_rows(models: dict, env_ids, tasks: range) -> list[dict]:
+    """Per model, env and template: the share of copied values right, by where they were shown."""
+    from .demos import record_oracle_episodes
+    from .recall import SOURCES, recall_counts
+
+    rows = []
+    for env_id in env_ids:
+        demos = record_oracle_episodes(env_id, tasks, split="test")
+        for name, lm in models.items():
+            counts = recall_counts(lm, demos)
+            for template in sorted({t for t, _ in counts}):
+                row = {"model": name, "env": env_id, "template": template}
+                for source in SOURCES:
+                    right, n = counts.get((template, source), (0, 0))
+                    row[f"from {source}"] = f"{right / n:.1%} ({right}/{n})" if n else "-"
+                rows.append(row)
     return rows
 
 
@@ -315,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
     ev.add_argument(
         "--drills", type=int, default=0, help="also probe copying: N fresh repeat and N lookup drills per env"
+    )
+    ev.add_argument(
+        "--recall",
+        type=int,
+        default=0,
+        help="also probe recall: values copied from the request / a tool result in N oracle transcripts",
     )
     ev.add_argument("--out", default="runs/eval")
     ev.add_argument("--quiet", action="store_true")

@@ -28,6 +28,7 @@ class Demo:
     tools: dict[str, ToolSpec]
     transcript: list[tuple[str, str]]
     call_turns: list[tuple[int, ToolCall]]  # (index of the agent message in transcript, call)
+    template: str = ""  # the task's template (e.g. "refund")
 
 
 def record_oracle_episodes(env_id: str, task_indices: Iterable[int], split: str = "train") -> list[Demo]:
@@ -48,7 +49,9 @@ def record_oracle_episodes(env_id: str, task_indices: Iterable[int], split: str 
                 parsed = parse_turn(text, base.tools) if role == "agent" else None
                 if isinstance(parsed, ToolCall):
                     calls.append((j, parsed))
-            demos.append(Demo(env_id, base.task.task_id, dict(base.tools), transcript, calls))
+            demos.append(
+                Demo(env_id, base.task.task_id, dict(base.tools), transcript, calls, base.task.template)
+            )
     finally:
         env.close()
     return demos

@@ -36,3 +36,22 @@ def tiny_lm(tiny_tokenizer):
     return LM.new(
         tiny_tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0
     )
+
+
+class _ShiftedOracle(torch.nn.Module):
+    """A stand-in 'model' whose greedy next token is the input's own next token (shift 1) or the
+    current one (shift 0): a perfect and a useless copier for probes that read only `.logits`."""
+
+    def __init__(self, vocab: int, shift: int) -> None:
+        super().__init__()
+        self.vocab, self.shift = vocab, shift
+
+    def forward(self, input_ids):
+        target = torch.roll(input_ids, -self.shift, dims=1)
+        return type("Out", (), {"logits": torch.nn.functional.one_hot(target, self.vocab).float()})
+
+
+@pytest.fixture
+def shifted_oracle(tiny_lm):
+    """shifted_oracle(shift) -> the stand-in model over tiny_lm's vocabulary."""
+    return lambda shift: _ShiftedOracle(len(tiny_lm.tokenizer), shift)

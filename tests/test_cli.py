@@ -140,7 +140,17 @@ def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):
 
     tiny_lm.save(tmp_path / "model")
     cmd = [sys.executable, "-m", "rehearsal_gym.cli", "eval", "--envs", "Finance-v0", "--tasks", "3"]
-    cmd += ["--first-task", "50", "--drills", "3", "--out", str(tmp_path / "eval"), "--quiet"]
+    cmd += [
+        "--first-task",
+        "50",
+        "--drills",
+        "3",
+        "--recall",
+        "4",
+        "--out",
+        str(tmp_path / "eval"),
+        "--quiet",
+    ]
     (tmp_path / "lr=1e-4").mkdir()
     tiny_lm.save(tmp_path / "lr=1e-4" / "model")
     bare = str(tmp_path / "lr=1e-4" / "model")  # an existing path holding "=" is a path, not NAME=PATH
@@ -155,6 +165,9 @@ def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):
     drills = (tmp_path / "eval" / "eval_drills.csv").read_text().splitlines()
     assert drills[0] == "model,env,repeat,lookup" and len(drills) == 4
     assert drills[1].split(",")[2:] == drills[2].split(",")[2:]  # same weights, same drills
+    recall = (tmp_path / "eval" / "eval_recall.csv").read_text().splitlines()
+    assert recall[0] == "model,env,template,from request,from result" and len(recall) > 3
+    assert "held-out tasks 50..53, teacher-forced" in out.stdout.replace("\n", " ")
     shifted = evaluate(tiny_lm, "Finance-v0", 2, first_task=4)
     assert shifted["first_task"] == 4 and len(shifted["templates"]) == 2
     alone = evaluate(tiny_lm, "Finance-v0", 6)
@@ -169,6 +182,8 @@ def test_eval_rejects_bad_input(tmp_path):
     assert out.returncode != 0 and "--first-task must be >= 0" in out.stderr
     out = subprocess.run(base + ["--drills", "-2"], capture_output=True, text=True)
     assert out.returncode != 0 and "--drills must be >= 0" in out.stderr
+    out = subprocess.run(base + ["--recall", "-1"], capture_output=True, text=True)
+    assert out.returncode != 0 and "--recall must be >= 0" in out.stderr
     out = subprocess.run(base + [f"x={tmp_path}", f"x={tmp_path}"], capture_output=True, text=True)
     assert out.returncode != 0 and "names 'x' twice" in out.stderr
     out = subprocess.run(base + ["--envs", "Finance-v0", "--tasks", "1"], capture_output=True, text=True)

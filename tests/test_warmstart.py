@@ -197,25 +197,12 @@ def test_copy_drills_of_one_kind(tiny_lm, kind):
         copy_drills(tiny_lm, demos, 2, np.random.default_rng(0), kinds=("spell",))
 
 
-class _Oracle(torch.nn.Module):
-    """A 'model' whose greedy next token is the drill's own next token (or, shifted, the current one)."""
-
-    def __init__(self, vocab: int, shift: int) -> None:
-        super().__init__()
-        self.vocab, self.shift = vocab, shift
-
-    def forward(self, input_ids):
-        target = torch.roll(input_ids, -self.shift, dims=1)
-        return type("Out", (), {"logits": torch.nn.functional.one_hot(target, self.vocab).float()})
-
-
-def test_drill_accuracy_counts_exactly_solved_drills(tiny_lm):
+def test_drill_accuracy_counts_exactly_solved_drills(tiny_lm, shifted_oracle):
     demos = record_oracle_episodes("Retail-v0", range(5))
     drills = copy_drills(tiny_lm, demos, 6, np.random.default_rng(0))
-    vocab = len(tiny_lm.tokenizer)
-    perfect = SimpleNamespace(model=_Oracle(vocab, shift=1))  # drill_accuracy needs only .model
+    perfect = SimpleNamespace(model=shifted_oracle(1))  # drill_accuracy needs only .model
     assert drill_accuracy(perfect, drills) == 1.0
-    stuck = SimpleNamespace(model=_Oracle(vocab, shift=0))  # predicts the token it sees: never the answer
+    stuck = SimpleNamespace(model=shifted_oracle(0))  # predicts the token it sees: never the answer
     assert drill_accuracy(stuck, drills) == 0.0
     with pytest.raises(ValueError, match="at least one"):
         drill_accuracy(perfect, [])
