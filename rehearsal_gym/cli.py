@@ -118,13 +118,18 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
     from .warmstart import train_warm_start, warm_start_path
 
     config = _warm_config(
-        steps=args.steps, tasks_per_env=args.tasks_per_env, seed=args.seed, polish_steps=args.polish_steps
+        steps=args.steps,
+        tasks_per_env=args.tasks_per_env,
+        seed=args.seed,
+        polish_steps=args.polish_steps,
+        polish_tasks_per_env=args.polish_tasks_per_env,
     )
     out = Path(args.out)
     t0 = time.time()
     lm, losses = train_warm_start(config, progress=not args.quiet)
     lm.save(warm_start_path(config))
     train_s = time.time() - t0
+    print(f"warm start saved: {warm_start_path(config)} (pass it as --model DIR to train / eval)")
     title = f"warm start: copy drills to step {config.drill_steps}, then episodes of both roles"
     if config.polish_steps:
         title += f", polish from step {config.drill_steps + config.steps}"
@@ -326,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="steps on fresh demos of both roles after the main phase (0: none)",
+    )
+    ws.add_argument(
+        "--polish-tasks-per-env",
+        type=int,
+        default=None,
+        help="fresh train tasks per env whose oracle demos the polish trains on",
     )
     ws.add_argument("--eval-tasks", type=int, default=100)
     ws.add_argument("--seed", type=int, default=0)

@@ -117,6 +117,22 @@ def test_cli_config_error_names_the_field():
     assert out.returncode == 2 and "group_size" in out.stderr
 
 
+def test_warmstart_options_reach_the_config_and_are_validated():
+    from rehearsal_gym.cli import _warm_config, build_parser
+
+    args = build_parser().parse_args(
+        ["warmstart", "--polish-steps", "9000", "--polish-tasks-per-env", "6000"]
+    )
+    config = _warm_config(polish_steps=args.polish_steps, polish_tasks_per_env=args.polish_tasks_per_env)
+    assert (config.polish_steps, config.polish_tasks_per_env) == (9000, 6000)
+    out = subprocess.run(
+        [sys.executable, "-m", "rehearsal_gym.cli", "warmstart", "--polish-tasks-per-env", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "polish_tasks_per_env" in out.stderr
+
+
 def test_demo_ppo_prints_before_after_and_the_paired_test(tiny_lm, tmp_path, capsys, monkeypatch):
     import argparse
 

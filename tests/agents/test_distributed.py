@@ -134,7 +134,8 @@ def test_a_silent_worker_is_replaced_after_the_timeout(ray_local, tiny_lm, tmp_p
         start = time.monotonic()
         episodes, versions = pool.collect([{"task_index": i} for i in range(8)], seed=0)
         assert all(ep is not None for ep in episodes) and versions == [2] * 8
-        assert pool.restarts == 1 and time.monotonic() - start < REPLACED_WITHIN_S
+        # >= 1: on a loaded machine a healthy shard may also outlive the timeout and be replaced
+        assert pool.restarts >= 1 and time.monotonic() - start < REPLACED_WITHIN_S
     finally:
         pool.close()
 
