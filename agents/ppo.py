@@ -28,6 +28,7 @@ from rehearsal_gym.sampling import token_logprobs
 from rehearsal_gym.selfsim import VERIFIERS
 from rehearsal_gym.skills import SkillLibrary
 
+from .curriculum import TASK_SAMPLINGS, TemplateCurriculum, draw_tasks
 from .losses import (
     REDUCTIONS,
     approx_kl,
@@ -62,6 +63,10 @@ class PPOConfig:
     iterations: int = 20  # collect/update rounds
     tasks_per_iter: int = 8  # distinct train tasks per round
     group_size: int = 4  # episodes per task (the group baseline averages over them)
+    # "uniform" over train tasks, or "template-variance": a template curriculum that weights each
+    # template by p(1 - p) of its recent train success + curriculum_floor (agents/curriculum.py)
+    task_sampling: str = "uniform"
+    curriculum_floor: float = 0.02
     epochs: int = 2  # passes over each round's sequences
     minibatch_size: int = 8  # sequences per optimizer step
     lr: float = 2e-5  # AdamW learning rate (a tiny model drifts fast: keep it small)
@@ -111,6 +116,10 @@ class PPOConfig:
             raise ValueError(
                 f"PPOConfig.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}"
             )
+        if self.task_sampling not in TASK_SAMPLINGS:
+            raise ValueError(
+                f"PPOConfig.task_sampling must be one of {TASK_SAMPLINGS}, got {self.task_sampling!r}"
+            )
         if self.rehearse not in REHEARSE_MODES:
             raise ValueError(f"PPOConfig.rehearse must be one of {REHEARSE_MODES}, got {self.rehearse!r}")
         if self.rehearsal_verifier not in VERIFIERS:
@@ -158,7 +167,7 @@ class PPOConfig:
             )
         if not isinstance(self.rollout_workers, int) or self.rollout_workers < 0:
             raise ValueError(f"PPOConfig.rollout_workers must be an int >= 0, got {self.rollout_workers!r}")
-        for name in ("lr", "clip", "temperature", "max_grad_norm", "rollout_timeout_s"):
+        for name in ("lr", "clip", "temperature", "max_grad_norm", "rollout_timeout_s", "curriculum_floor"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"PPOConfig.{name} must be a positive finite number, got {value!r}")
@@ -270,6 +279,7 @@ class PPOTrainer:
         # the learner's own view of the tasks (family, prompts, oracle hints); never stepped in training
         self.probe = gym.make(config.env, split="train", max_turns=config.max_turns).unwrapped
         self.family = self.probe.family
+        self.curriculum = TemplateCurriculum(tuple(self.family.templates), floor=config.curriculum_floor)
         if config.rollout_workers:  # rollouts on Ray actors, each with its own envs and weights
             from .distributed import RayRollouts
 
@@ -293,7 +303,11 @@ class PPOTrainer:
     # -- rollout --------------------------------------------------------------------------------
     def collect(self) -> tuple[list[Episode], list[int]]:
         """`group_size` sampled episodes on each of `tasks_per_iter` random train tasks."""
-        tasks = self.rng.integers(0, 2**31 - 1, self.config.tasks_per_iter)
+        if self.config.task_sampling == "template-variance":
+            weights = self.curriculum.weights()
+            tasks = draw_tasks(self.family, self.rng, self.config.tasks_per_iter, weights)
+        else:
+            tasks = self.rng.integers(0, 2**31 - 1, self.config.tasks_per_iter)
         groups = [i for i in range(len(tasks)) for _ in range(self.config.group_size)]
         options = [{"task_index": int(tasks[g])} for g in groups]
         if self.config.seed_distill:  # the library's skill for each task, echoed in info["skill"]
@@ -549,6 +563,8 @@ class PPOTrainer:
 
     def train_iteration(self) -> dict[str, float]:
         episodes, groups = self.collect()
+        if self.config.task_sampling != "uniform":
+            self.curriculum.update([ep.template for ep in episodes], [ep.success for ep in episodes])
         seqs = role_sequences(episodes, groups, self.config.train_env_role and self.config.rehearse != "off")
         extra: dict[str, float] = {}
         agent_seqs = [sq for sq in seqs if sq.group % 2 == 0]  # one per episode, in env order
@@ -574,6 +590,9 @@ class PPOTrainer:
             **extra,
             **{f"losses/{k}": v for k, v in stats.items()},
         }
+        if self.config.task_sampling != "uniform":  # each template's share of the next round
+            for t, w in zip(self.curriculum.templates, self.curriculum.weights(), strict=True):
+                row[f"curriculum/{t}"] = float(w)
         if self.config.rehearse == "wrap":  # imagined results checked against the real tool
             row["charts/fidelity"] = _mean_fidelity(episodes)
             row["charts/grounding_targets"] = float(len(grounding))
@@ -603,6 +622,7 @@ class PPOTrainer:
                 "torch_generator": self.generator.get_state().tolist(),
                 "history": self.history,
                 "skill_library": self.library.to_dict(),
+                "curriculum": self.curriculum.to_dict(),
             }
             (tmp / "trainer_state.json").write_text(json.dumps(state))
 
@@ -622,6 +642,8 @@ class PPOTrainer:
         trainer.generator.set_state(torch.tensor(state["torch_generator"], dtype=torch.uint8))
         trainer.history = state["history"]
         trainer.library = SkillLibrary.from_dict(state["skill_library"])
+        if "curriculum" in state:  # checkpoints from before the curriculum sampled uniformly
+            trainer.curriculum.load_dict(state["curriculum"])
         return trainer
 
 

@@ -61,13 +61,19 @@ def run_dir(out: Path, env: str, setting: str, seed: int) -> Path:
 
 
 def run_one(
-    out: Path, env: str, setting: str, seed: int, eval_tasks: int, model: str | None = None
+    out: Path,
+    env: str,
+    setting: str,
+    seed: int,
+    eval_tasks: int,
+    model: str | None = None,
+    extra: list[str] = (),
 ) -> dict | None:
     path = run_dir(out, env, setting, seed)
     result = path / "result.json"
     if not result.exists():
         cmd = ["rehearsal-gym", "train", "--env", env, "--seed", str(seed), "--eval-tasks", str(eval_tasks)]
-        cmd += COMMON + SETTINGS[setting] + ["--out", str(path), "--resume"]
+        cmd += COMMON + SETTINGS[setting] + list(extra) + ["--out", str(path), "--resume"]
         cmd += ["--model", model] if model else []
         print(" ".join(cmd), flush=True)
         start = time.monotonic()
@@ -133,6 +139,12 @@ def main() -> int:
     parser.add_argument(
         "--model", default=None, help="local model directory (default: the cached warm start)"
     )
+    parser.add_argument(
+        "--train-args",
+        default="",
+        help="extra `rehearsal-gym train` flags for every run, after the table's own (so they override"
+        " them), e.g. --train-args='--negative-weight 1'; use a separate --out per variant",
+    )
     parser.add_argument("--report-only", action="store_true", help="only tabulate finished runs")
     args = parser.parse_args()
     out = Path(args.out)
@@ -145,7 +157,9 @@ def main() -> int:
                     path = run_dir(out, env, setting, seed) / "result.json"
                     result = json.loads(path.read_text()) if path.exists() else None
                 else:
-                    result = run_one(out, env, setting, seed, args.eval_tasks, args.model)
+                    result = run_one(
+                        out, env, setting, seed, args.eval_tasks, args.model, args.train_args.split()
+                    )
                 if result is not None:
                     results[(env, setting, seed)] = result
     if not results:

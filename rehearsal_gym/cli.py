@@ -384,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("--quiet", action="store_true")
     re_.set_defaults(func=cmd_rehearse)
     tr = sub.add_parser("train", help=cmd_train.__doc__)
+    from .agents.curriculum import TASK_SAMPLINGS
     from .agents.losses import REDUCTIONS
     from .agents.ppo import ADVANTAGES, REHEARSAL_WORLDS, REHEARSE_MODES, PPOConfig
     from .selfsim import VERIFIERS
@@ -395,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rehearsal_world": REHEARSAL_WORLDS,
         "advantage": ADVANTAGES,
         "loss_reduction": REDUCTIONS,
+        "task_sampling": TASK_SAMPLINGS,
     }
     for f in dataclasses.fields(PPOConfig):  # the CLI mirrors PPOConfig one-to-one
         flag = "--" + f.name.replace("_", "-")

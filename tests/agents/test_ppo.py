@@ -97,8 +97,9 @@ def test_target_kl_stops_the_round_once_the_policy_moved(tiny_lm):
     assert 0 < tight["update_fraction"] < 1
 
 
-def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path):
-    a = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+@pytest.mark.parametrize("sampling", ["uniform", "template-variance"])
+def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path, sampling):
+    a = PPOTrainer(PPOConfig(**TINY, task_sampling=sampling), fresh(tiny_lm))
     a.train_iteration()
     a.save(tmp_path / "ckpt")
     row_a = a.train_iteration()
@@ -177,6 +178,8 @@ def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_pat
         ({"target_kl": float("nan")}, "target_kl"),
         ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
         ({"rehearsal_world": "dream"}, "rehearsal_world"),
+        ({"task_sampling": "hardest"}, "task_sampling"),
+        ({"curriculum_floor": 0.0}, "curriculum_floor"),
         ({"rehearse": "replace", "rehearsal_world": "frozen"}, "train_env_role"),
         (
             {
@@ -313,3 +316,25 @@ def test_identical_updates_from_scratch_under_one_seed(tiny_lm):
     assert rows[0] == rows[1]
     for a, b in zip(*params, strict=True):
         assert torch.equal(a, b)
+
+
+def test_template_curriculum_sends_the_groups_to_the_template_with_mixed_outcomes(tiny_lm):
+    trainer = PPOTrainer(
+        PPOConfig(**TINY, env="Finance-v0", task_sampling="template-variance"), fresh(tiny_lm)
+    )
+    solved = [t for t in trainer.family.templates if t != "sell_all"]
+    for _ in range(3):  # every other template always solved, sell_all half the time
+        trainer.curriculum.update(
+            solved * 10 + ["sell_all"] * 10, [True] * 10 * len(solved) + [True, False] * 5
+        )
+    weights = dict(zip(trainer.family.templates, trainer.curriculum.weights(), strict=True))
+    assert weights["sell_all"] > 0.5 and min(weights.values()) > 0
+    trainer.config = PPOConfig(
+        **{**TINY, "tasks_per_iter": 12}, env="Finance-v0", task_sampling="template-variance"
+    )
+    trainer.envs = trainer.envs * 6
+    episodes, _ = trainer.collect()
+    templates = [ep.template for ep in episodes]
+    assert templates.count("sell_all") > len(templates) / 3  # uniform sampling gives a fifth
+    row = trainer.train_iteration()
+    assert abs(sum(v for k, v in row.items() if k.startswith("curriculum/")) - 1) < 1e-9
