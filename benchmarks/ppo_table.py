@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rehearsal_gym.defaults import REAL_ENV_IDS
@@ -67,7 +69,7 @@ def run_one(
     seed: int,
     eval_tasks: int,
     model: str | None = None,
-    extra: list[str] = (),
+    extra: Sequence[str] = (),
 ) -> dict | None:
     path = run_dir(out, env, setting, seed)
     result = path / "result.json"
@@ -158,7 +160,7 @@ def main() -> int:
                     result = json.loads(path.read_text()) if path.exists() else None
                 else:
                     result = run_one(
-                        out, env, setting, seed, args.eval_tasks, args.model, args.train_args.split()
+                        out, env, setting, seed, args.eval_tasks, args.model, shlex.split(args.train_args)
                     )
                 if result is not None:
                     results[(env, setting, seed)] = result
