@@ -21,6 +21,7 @@ from .base import Backend, Family, Task, ToolEnv, ToolError
 
 SYMBOLS = ("ACME", "BOLT", "CRUX", "DYNA", "EPIC", "FLUX")
 N_DAYS = 10
+MAX_ORDER_QTY = 1000  # place_order's qty maximum: a shown holding above it could never be sold in one order
 _STR = {"type": "string", "maxLength": 40}
 
 
@@ -43,7 +44,7 @@ TOOLS = {
                 "account_id": _STR,
                 "symbol": _STR,
                 "side": {"enum": ["buy", "sell"]},
-                "qty": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "qty": {"type": "integer", "minimum": 1, "maximum": MAX_ORDER_QTY},
             },
         ),
         _spec("portfolio_value", "cash plus holdings at the latest close", {"account_id": _STR}),
@@ -75,7 +76,9 @@ class Book(Backend):
 
     tools = TOOLS
 
-    def __init__(self, world_seed: int) -> None:
+    def __init__(self, world_seed: int, holdings: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        """`holdings` ({account: {symbol: qty}}) overrides generated quantities of existing accounts
+        (the facts a rehearsed agent was shown, see `FinanceFamily.shown_task`)."""
         self.conn = sqlite3.connect(":memory:")
         self.conn.executescript(SCHEMA)
         rng = np.random.default_rng(world_seed)
@@ -93,6 +96,13 @@ class Book(Backend):
             for symbol in rng.choice(SYMBOLS, size=int(rng.integers(1, 4)), replace=False):
                 qty = int(rng.integers(1, 60))
                 self.conn.execute("INSERT INTO holdings VALUES (?, ?, ?)", (account, str(symbol), qty))
+        for account, held in (holdings or {}).items():
+            if self.query("SELECT 1 FROM accounts WHERE id = ?", (account,)):
+                for symbol, qty in held.items():
+                    self.conn.execute(
+                        "DELETE FROM holdings WHERE account_id = ? AND symbol = ?", (account, symbol)
+                    )
+                    self.conn.execute("INSERT INTO holdings VALUES (?, ?, ?)", (account, symbol, int(qty)))
         self.conn.commit()
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
@@ -181,12 +191,19 @@ class FinanceFamily(Family):
     templates = ("price", "return", "buy", "sell_all", "value")
 
     def make_backend(self, task: Task) -> Book:
-        return Book(task.world_seed)
+        return Book(task.world_seed, task.facts.get("holdings"))
 
     def shown_task(self, task: Task, seen: Sequence[tuple[ToolCall, Mapping[str, Any]]]) -> Task:
         """A buy's answer follows the shown outcome of its order: a rejection for insufficient cash
         must be reported, a fill need not. (The fill itself is replayed on the real book for both
-        the agent and the oracle, so the state check is unchanged.)"""
+        the agent and the oracle, so the state check is unchanged.)
+
+        A sell_all's book holds the quantity of the symbol that the first get_account of the account
+        showed (a positive int), so selling the shown quantity is the expected order and an order
+        the real book would reject (a wrong symbol, too many shares) changes nothing in either
+        world, instead of matching an expected order that the real book also rejects."""
+        if task.template == "sell_all":
+            return _shown_holding(task, seen)
         if task.template != "buy":
             return task
         p = task.params
@@ -243,7 +260,7 @@ class FinanceFamily(Family):
 
     def oracle(self, task: Task) -> list[str]:
         p = task.params
-        book = Book(task.world_seed)
+        book = self.make_backend(task)
         try:
             acct = {"account_id": p["account_id"]}
             if task.template == "price":
@@ -269,6 +286,20 @@ class FinanceFamily(Family):
             return [format_call("get_account", acct), format_call("place_order", order), format_answer(done)]
         finally:
             book.close()
+
+
+def _shown_holding(task: Task, seen: Sequence[tuple[ToolCall, Mapping[str, Any]]]) -> Task:
+    account, symbol = task.params["account_id"], task.params["symbol"]
+    for call, shown in seen:
+        if call.name != "get_account" or call.arguments.get("account_id") != account:
+            continue
+        holdings = shown.get("holdings")
+        records = [h for h in holdings if isinstance(h, Mapping)] if isinstance(holdings, list) else []
+        qty = next((h.get("qty") for h in records if h.get("symbol") == symbol), None)
+        if isinstance(qty, int) and not isinstance(qty, bool) and 0 < qty <= MAX_ORDER_QTY:
+            return dataclasses.replace(task, facts={"holdings": {account: {symbol: qty}}})
+        return task
+    return task
 
 
 class FinanceEnv(ToolEnv):

@@ -12,7 +12,9 @@ the oracle would have done had the tools answered as they did for the agent:
 2. Walking those calls in order, each one must have been made by the agent (same tool, same
    arguments) after argument values that came from an earlier result are replaced by the value the
    agent was shown in that place. The shown result of that call then maps each real result value
-   to the shown one (by position in the result, nested lists and objects included).
+   to the shown one in the same place (objects by field; a record in a list that has a field the
+   request names, such as the holding of the symbol to sell, lines up with the shown record of that
+   name wherever it stands, or with none; other list members by position, see `align`).
 3. The expected answer is the oracle's with that mapping applied (a number or keyword that came
    from a result is replaced by the shown value); the expected state is the re-planned calls
    replayed on the backend.
@@ -48,6 +50,46 @@ def leaves(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
             yield from leaves(v, (*path, i))
     else:
         yield path, value
+
+
+def align(real: Any, shown: Any, request: str) -> Any:
+    """`shown` rearranged so that each place in `real` finds its counterpart at the same path.
+
+    A record (an object in a list) of `real` that has a string field written in the request (the
+    holding of the symbol the user names, the item of the product they name) lines up with the
+    first shown record that has the same value in that field, wherever it stands, or with none;
+    the other records line up by position with shown records no such match claimed. Lists come
+    back as {position in real: shown record}, which `leaves` addresses like a list.
+    """
+    if isinstance(real, Mapping) and isinstance(shown, Mapping):
+        return {k: align(v, shown[k], request) for k, v in real.items() if k in shown}
+    if not (isinstance(real, list | tuple) and isinstance(shown, list | tuple)):
+        return shown
+    match: dict[int, int | None] = {}
+    for i, record in enumerate(real):
+        anchors = (
+            [(f, v) for f, v in record.items() if isinstance(v, str) and in_request(v, request)]
+            if isinstance(record, Mapping)
+            else []
+        )
+        if anchors:
+            match[i] = next(
+                (
+                    j
+                    for j, other in enumerate(shown)
+                    if j not in match.values()
+                    and isinstance(other, Mapping)
+                    and any(value_key(other.get(f)) == value_key(v) for f, v in anchors)
+                ),
+                None,
+            )
+    claimed = set(match.values())
+    out = {}
+    for i, record in enumerate(real):
+        j = match.get(i, i if i not in claimed else None)
+        if j is not None and j < len(shown):
+            out[i] = align(record, shown[j], request)
+    return out
 
 
 def value_key(value: Any) -> tuple[str, Any] | None:
@@ -86,7 +128,7 @@ def replan(oracle: Trace, seen: Trace, request: str) -> tuple[list[ToolCall], di
         if shown is None:
             return None
         calls.append(planned)
-        shown_leaves = dict(leaves(shown))
+        shown_leaves = dict(leaves(align(real, shown, request)))
         for path, value in leaves(real):
             key = value_key(value)
             if key is None or path not in shown_leaves or in_request(value, request):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rehearsal_gym.consistency import consistent_answer, replan, substitute, value_key
+from rehearsal_gym.consistency import align, consistent_answer, replan, substitute, value_key
 from rehearsal_gym.protocol import ToolCall, format_answer, format_call
 from rehearsal_gym.selfsim import SelfSimEnv
 
@@ -76,6 +76,89 @@ def test_keyword_answers_and_nested_results():
     assert consistent_answer("any", "", "ok", mapping) == ("", "ok")
 
 
+SELL_REQUEST = "Sell all shares of CRUX in account A512."
+SELL_ORACLE = [
+    (
+        ToolCall("get_account", {"account_id": "A512"}),
+        {
+            "account_id": "A512",
+            "cash": 100.0,
+            "holdings": [{"symbol": "BOLT", "qty": 50}, {"symbol": "CRUX", "qty": 39}],
+        },
+    ),
+    (ToolCall("place_order", {"account_id": "A512", "symbol": "CRUX", "side": "sell", "qty": 39}), {}),
+]
+
+
+def _sell_seen(holdings, qty):
+    return [
+        (SELL_ORACLE[0][0], {"account_id": "A512", "cash": 7.5, "holdings": holdings}),
+        (ToolCall("place_order", {"account_id": "A512", "symbol": "CRUX", "side": "sell", "qty": qty}), {}),
+    ]
+
+
+def test_the_record_the_request_names_lines_up_wherever_it_stands():
+    # the shown account lists CRUX first and alone: its quantity is the one to sell
+    seen = _sell_seen([{"symbol": "CRUX", "qty": 58}], 58)
+    calls, mapping = replan(SELL_ORACLE, seen, SELL_REQUEST)
+    assert calls[1].arguments["qty"] == 58
+    assert value_key(50) not in mapping  # BOLT is not shown: its real quantity maps to nothing
+    # the shown account lists the same symbols in another order
+    seen = _sell_seen([{"symbol": "CRUX", "qty": 12}, {"symbol": "BOLT", "qty": 7}], 12)
+    calls, mapping = replan(SELL_ORACLE, seen, SELL_REQUEST)
+    assert calls[1].arguments["qty"] == 12
+    # BOLT is not named in the request: it lines up by position, and position 0 went to CRUX
+    assert value_key(50) not in mapping
+
+
+def test_a_shown_account_without_the_symbol_never_rewards_another_holdings_quantity():
+    # matched by position, the shown ACME quantity (49) stood in for the real CRUX one (39), so
+    # selling the first holding's quantity passed; now no shown CRUX means the real 39 stands
+    oracle = [
+        (
+            SELL_ORACLE[0][0],
+            {"account_id": "A512", "cash": 100.0, "holdings": [{"symbol": "CRUX", "qty": 39}]},
+        ),
+        SELL_ORACLE[1],
+    ]
+    seen = _sell_seen([{"symbol": "ACME", "qty": 49}, {"symbol": "DYNA", "qty": 48}], 49)
+    assert align(oracle[0][1], seen[0][1], SELL_REQUEST)["holdings"] == {}
+    assert replan(oracle, seen, SELL_REQUEST) is None  # re-planned: sell the real 39, not 49
+
+
+def test_records_the_request_does_not_name_line_up_by_position():
+    oracle = [(ToolCall("t", {}), {"rows": [{"k": "x", "v": 1}, {"k": "y", "v": 2}], "xs": [3, 4]})]
+    seen = [(ToolCall("t", {}), {"rows": [{"k": "y", "v": 5}, {"k": "z", "v": 6}], "xs": [7, 8]})]
+    _, mapping = replan(oracle, seen, "request")
+    assert [mapping[value_key(v)] for v in (1, 2, 3, 4)] == [5, 6, 7, 8]
+
+
+def test_a_named_product_finds_its_item_and_the_rest_keep_their_places():
+    oracle = [
+        (
+            ToolCall("get_order", {"order_id": "O7"}),
+            {
+                "items": [
+                    {"item_id": "I71", "product": "lamp", "price": 20},
+                    {"item_id": "I72", "product": "desk", "price": 99},
+                ]
+            },
+        ),
+        (ToolCall("refund_item", {"order_id": "O7", "item_id": "I71"}), {}),
+    ]
+    shown = {
+        "items": [
+            {"item_id": "I9", "product": "desk", "price": 5},
+            {"item_id": "I8", "product": "lamp", "price": 6},
+        ]
+    }
+    seen = [(oracle[0][0], shown), (ToolCall("refund_item", {"order_id": "O7", "item_id": "I8"}), {})]
+    calls, mapping = replan(oracle, seen, "I want a refund for the lamp in order O7.")
+    assert calls[1].arguments == {"order_id": "O7", "item_id": "I8"}
+    assert consistent_answer("number", "", "20", mapping) == ("", "6")
+    assert value_key(99) not in mapping  # the desk's position (0) went to the lamp
+
+
 scalars = st.one_of(
     st.integers(-10_000, 10_000),
     st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
@@ -137,6 +220,64 @@ def test_selfsim_consistent_chain_and_wrong_arguments(tiny_lm):
     bad = [(history[0][0].replace(str(trace[0][0].arguments["a"]), "1", 1), history[0][1]), *history[1:]]
     env.reset(options={"task": task, "history": bad})
     assert env.step(format_answer(str(value)))[4]["success"] is False
+
+
+def _sell_all_task(holdings: int):
+    """A train sell_all task whose account holds `holdings` symbols, the requested one not first."""
+    from rehearsal_gym.envs.finance import FinanceFamily
+
+    family = FinanceFamily()
+    for i in range(2000):
+        task = family.task("train", i)
+        if task.template == "sell_all":
+            ((_, account), _) = family.oracle_trace(task)
+            symbols = [h["symbol"] for h in account["holdings"]]
+            if len(symbols) == holdings and symbols[0] != task.params["symbol"]:
+                return task, account
+    raise AssertionError("no such task")
+
+
+@pytest.mark.parametrize(
+    ("shown", "order", "want"),
+    [
+        ("requested-first", "shown", True),  # the shown quantity of the requested symbol, listed first
+        ("requested-first", "real", False),
+        ("requested-first", "other-symbol", False),  # a wrong symbol never passes, rejected or not
+        ("requested-first", "too-many", False),  # more than the shown holding: rejected in the shown world
+        ("requested-missing", "first-shown", False),  # another holding's quantity
+        # a shown account without the symbol defines no quantity: the real expectation stands
+        ("requested-missing", "real", True),
+    ],
+)
+def test_selfsim_scores_a_sell_all_in_the_account_it_showed(tiny_lm, shown, order, want):
+    env = SelfSimEnv("Finance-v0", model=tiny_lm, verifier="consistent", split="train", bank_tasks=4)
+    task, real = _sell_all_task(holdings=2)
+    symbol = task.params["symbol"]
+    other = next(h for h in real["holdings"] if h["symbol"] != symbol)
+    real_qty = next(h["qty"] for h in real["holdings"] if h["symbol"] == symbol)
+    shown_qty = real_qty + 7
+    holdings = (
+        [{"symbol": symbol, "qty": shown_qty}, {"symbol": other["symbol"], "qty": 3}]
+        if shown == "requested-first"
+        else [{"symbol": other["symbol"], "qty": shown_qty}]
+    )
+    account = {**real, "holdings": holdings}
+    qty = {"shown": shown_qty, "real": real_qty, "other-symbol": shown_qty, "too-many": shown_qty + 1}
+    qty["first-shown"] = shown_qty
+    sell = {
+        "account_id": task.params["account_id"],
+        "symbol": other["symbol"] if order in ("other-symbol", "first-shown") else symbol,
+        "side": "sell",
+        "qty": qty[order],
+    }
+    history = [
+        (format_call("get_account", {"account_id": task.params["account_id"]}), json_text(account)),
+        (format_call("place_order", sell), json_text({"status": "filled", **sell})),
+    ]
+    env.reset(options={"task": task, "history": history})
+    info = env.step(format_answer("Done."))[4]
+    assert info["success"] is want
+    assert info["real_verifier_success"] is (order == "real")  # the real book holds real_qty of it
 
 
 def test_verifier_is_validated(tiny_lm):

@@ -162,6 +162,24 @@ def test_finance_constraints():
     assert "unknown symbol" in obs
 
 
+def test_finance_book_holds_overridden_facts():
+    from rehearsal_gym.envs.finance import Book
+
+    from rehearsal_gym.protocol import ToolCall
+
+    plain = Book(5)
+    account = plain.query("SELECT id FROM accounts ORDER BY id")[0][0]
+    before = plain.call(ToolCall("get_account", {"account_id": account}))
+    book = Book(5, {account: {"FLUX": 12}, "NOPE1": {"ACME": 3}})  # unknown accounts are ignored
+    after = book.call(ToolCall("get_account", {"account_id": account}))
+    assert after["cash"] == before["cash"]
+    assert {h["symbol"]: h["qty"] for h in after["holdings"]} == {
+        **{h["symbol"]: h["qty"] for h in before["holdings"]},
+        "FLUX": 12,
+    }
+    assert not book.query("SELECT 1 FROM accounts WHERE id = 'NOPE1'")
+
+
 @pytest.mark.parametrize("policy", ["error", "penalty", "terminate"])
 def test_malformed_policies(policy):
     env = gym.make("ToolCall-v0", malformed=policy, penalty=0.1)
