@@ -199,9 +199,10 @@ class FinanceFamily(Family):
         the agent and the oracle, so the state check is unchanged.)
 
         A sell_all's book holds the quantity of the symbol that the first get_account of the account
-        showed (a positive int), so selling the shown quantity is the expected order and an order
-        the real book would reject (a wrong symbol, too many shares) changes nothing in either
-        world, instead of matching an expected order that the real book also rejects."""
+        showed (a positive int up to the order maximum), so the goal state is the shown sale carried
+        out and the oracle's answer names the shown quantity. (On the real book a shown quantity
+        above the real one was rejected, and the goal was the unchanged book.) A shown account
+        without the symbol keeps the real task."""
         if task.template == "sell_all":
             return _shown_holding(task, seen)
         if task.template != "buy":
