@@ -60,6 +60,9 @@ class PPOConfig:
     # rehearsed: a task group's episodes share one imagined world (SelfSimEnv world_seed), so the
     # group baseline compares samples answered alike, as real tools answer them
     shared_worlds: bool = True
+    # rehearsed: draw an imagined result again (up to n times) when it drops a record the request
+    # names that the task's real world holds (SelfSimEnv premise_redraws); 0 = off
+    premise_redraws: int = 0
     iterations: int = 20  # collect/update rounds
     tasks_per_iter: int = 8  # distinct train tasks per round
     group_size: int = 4  # episodes per task (the group baseline averages over them)
@@ -165,8 +168,10 @@ class PPOConfig:
             raise ValueError(
                 f"PPOConfig.warmup_iterations must be an int >= 0, got {self.warmup_iterations!r}"
             )
-        if not isinstance(self.rollout_workers, int) or self.rollout_workers < 0:
-            raise ValueError(f"PPOConfig.rollout_workers must be an int >= 0, got {self.rollout_workers!r}")
+        for name in ("rollout_workers", "premise_redraws"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"PPOConfig.{name} must be an int >= 0, got {value!r}")
         for name in ("lr", "clip", "temperature", "max_grad_norm", "rollout_timeout_s", "curriculum_floor"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -593,6 +598,9 @@ class PPOTrainer:
         if self.config.task_sampling != "uniform":  # each template's share of the next round
             for t, w in zip(self.curriculum.templates, self.curriculum.weights(), strict=True):
                 row[f"curriculum/{t}"] = float(w)
+        if self.config.rehearse != "off" and self.config.premise_redraws:
+            row["charts/premise_kept"] = _mean_info(episodes, "premise_kept")
+            row["charts/premise_redraws"] = _mean_info(episodes, "premise_redraws")
         if self.config.rehearse == "wrap":  # imagined results checked against the real tool
             row["charts/fidelity"] = _mean_fidelity(episodes)
             row["charts/grounding_targets"] = float(len(grounding))
@@ -666,11 +674,18 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
             bank=bank,
             temperature=config.temperature,
             verifier=config.rehearsal_verifier,
+            premise_redraws=config.premise_redraws,
             split="train",
             max_turns=config.max_turns,
         )
         for _ in range(n)
     ]
+
+
+def _mean_info(episodes: list[Episode], key: str) -> float:
+    """Mean of a per-call info value over the round's episodes; NaN if no call reported it."""
+    values = [float(info[key]) for ep in episodes for info in ep.infos if key in info]
+    return float(np.mean(values)) if values else float("nan")
 
 
 def _mean_fidelity(episodes: list[Episode]) -> float:

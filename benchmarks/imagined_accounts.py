@@ -4,10 +4,12 @@ Plays every sell_all task among held-out tasks FIRST..FIRST+N-1 in SelfSim-v0 (r
 consistent verifier) with each model as both the agent and its own frozen world, sampled at
 `--temperature` as in rehearsed training, and counts per model: episodes whose agent saw a
 get_account result (`account shown`), those whose shown account holds the requested symbol
-(`symbol shown`) and lists the same symbols as the real account (`same symbols`), orders that sell
+(`symbol shown`; `symbol twice`: listed more than once) and lists the same symbols as the real account (`same symbols`), orders that sell
 the requested symbol (`right symbol`) and the shown quantity of it (`shown qty sold`), and successes
 under the consistent and the real verifier. A world that does not show the symbol leaves no order that
 can pass the consistent verifier except the real one, which the agent was never shown.
+`--premise-redraws N` has the world draw an account without the symbol, or listing it twice, again,
+up to N times (SelfSimEnv's premise_redraws).
 
     python benchmarks/imagined_accounts.py --model warm=DIR --tasks 1000 --out runs/imagined
 """
@@ -35,6 +37,7 @@ COLUMNS = (
     "episodes",
     "account shown",
     "symbol shown",
+    "symbol twice",
     "same symbols",
     "right symbol",
     "shown qty sold",
@@ -71,6 +74,11 @@ def tally(
     held = shown_holdings(account)
     c["account shown"] += account is not None
     c["symbol shown"] += symbol in held
+    listed = account.get("holdings") if isinstance(account, Mapping) else None
+    c["symbol twice"] += (
+        isinstance(listed, list)
+        and sum(isinstance(h, Mapping) and h.get("symbol") == symbol for h in listed) > 1
+    )
     c["same symbols"] += bool(held) and set(held) == set(real)
     if order is not None:
         c["right symbol"] += order.get("symbol") == symbol
@@ -89,6 +97,7 @@ def main() -> int:
     parser.add_argument("--first-task", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--premise-redraws", type=int, default=0)
     parser.add_argument("--out", default="runs/imagined_accounts")
     args = parser.parse_args()
     family = FinanceEnv.family
@@ -116,6 +125,7 @@ def main() -> int:
                     temperature=args.temperature,
                     verifier="consistent",
                     split="test",
+                    premise_redraws=args.premise_redraws,
                 )
                 for _ in batch
             ]

@@ -65,24 +65,7 @@ def align(real: Any, shown: Any, request: str) -> Any:
         return {k: align(v, shown[k], request) for k, v in real.items() if k in shown}
     if not (isinstance(real, list | tuple) and isinstance(shown, list | tuple)):
         return shown
-    match: dict[int, int | None] = {}
-    for i, record in enumerate(real):
-        anchors = (
-            [(f, v) for f, v in record.items() if isinstance(v, str) and in_request(v, request)]
-            if isinstance(record, Mapping)
-            else []
-        )
-        if anchors:
-            match[i] = next(
-                (
-                    j
-                    for j, other in enumerate(shown)
-                    if j not in match.values()
-                    and isinstance(other, Mapping)
-                    and any(value_key(other.get(f)) == value_key(v) for f, v in anchors)
-                ),
-                None,
-            )
+    match = _named_matches(real, shown, request)
     claimed = set(match.values())
     out = {}
     for i, record in enumerate(real):
@@ -90,6 +73,68 @@ def align(real: Any, shown: Any, request: str) -> Any:
         if j is not None and j < len(shown):
             out[i] = align(record, shown[j], request)
     return out
+
+
+def premise_breaks(real: Any, shown: Any, request: str) -> list[str]:
+    """The request's values that name a record of `real` with no single counterpart in `shown`:
+    none (the holding of the symbol the user asks to sell, missing from an imagined account) or more
+    than one (that symbol listed twice). See `align` for how records line up.
+
+    Such a world contradicts the task (the user holds the symbol, once), so there the oracle, and
+    with it the consistent verifier, has nothing to re-plan on.
+    """
+    if isinstance(real, Mapping):
+        if not isinstance(shown, Mapping):
+            return []
+        breaks = []
+        for k, v in real.items():
+            if k in shown:
+                breaks += premise_breaks(v, shown[k], request)
+            elif isinstance(v, list | tuple):  # the whole list is missing: every named record is
+                breaks += premise_breaks(v, [], request)
+        return breaks
+    if not (isinstance(real, list | tuple) and isinstance(shown, list | tuple)):
+        return []
+    breaks = []
+    for i, j in _named_matches(real, shown, request).items():
+        names = _names(real[i], request)
+        twice = [o for o in shown if isinstance(o, Mapping) and any(_same(o.get(f), v) for f, v in names)]
+        if j is None or len(twice) > 1:
+            breaks += [v for _, v in names]
+        else:
+            breaks += premise_breaks(real[i], shown[j], request)
+    return breaks
+
+
+def _names(record: Any, request: str) -> list[tuple[Any, str]]:
+    """(field, value) of a record's string fields written in the request."""
+    if not isinstance(record, Mapping):
+        return []
+    return [(f, v) for f, v in record.items() if isinstance(v, str) and in_request(v, request)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return value_key(a) is not None and value_key(a) == value_key(b)
+
+
+def _named_matches(real: Sequence, shown: Sequence, request: str) -> dict[int, int | None]:
+    """For each record of `real` with a string field written in the request: the position of the
+    first shown record (not yet matched) with the same value in such a field, or None."""
+    match: dict[int, int | None] = {}
+    for i, record in enumerate(real):
+        names = _names(record, request)
+        if names:
+            match[i] = next(
+                (
+                    j
+                    for j, other in enumerate(shown)
+                    if j not in match.values()
+                    and isinstance(other, Mapping)
+                    and any(_same(other.get(f), v) for f, v in names)
+                ),
+                None,
+            )
+    return match
 
 
 def value_key(value: Any) -> tuple[str, Any] | None:
@@ -104,9 +149,14 @@ def value_key(value: Any) -> tuple[str, Any] | None:
 
 
 def in_request(value: Any, request: str) -> bool:
-    """Whether a scalar is written in the request (such a value never comes from a result)."""
+    """Whether a scalar is written in the request (such a value never comes from a result).
+
+    A string counts where it stands as a whole token run, not inside a longer word or id: "O12"
+    is not written in a request that names order "O123", "pen" not in "pending".
+    """
     if isinstance(value, str):
-        return bool(value.strip()) and value.strip().casefold() in request.casefold()
+        text = value.strip().casefold()
+        return bool(text) and re.search(rf"(?<!\w){re.escape(text)}(?!\w)", request.casefold()) is not None
     key = value_key(value)
     if key is None:
         return False

@@ -21,7 +21,7 @@ import torch
 
 from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
 
-from .consistency import consistent_answer, replan
+from .consistency import consistent_answer, premise_breaks, replan
 from .demos import record_oracle_episodes, result_bank
 from .model import LM
 from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
@@ -150,11 +150,18 @@ class SelfSimEnv(ToolEnv):
         is the share of samples that disagree with the one used.
     max_result_tokens, temperature: environment-role sampling.
     verifier: "real" or "consistent" (see Reward).
+    premise_redraws: how many more environment-role results to draw (each with its own seed, in
+        order) when an imagined result drops a record the request names that the task's real world
+        holds, or lists it twice, such as the holding of the symbol the user asks to sell
+        (`consistency.premise_breaks` against the oracle's real result of the same call); the first
+        result that keeps them, else the last drawn, is used. 0 (default) = every first draw stands. Such a world contradicts
+        the task, and no verifier can say what the agent should have done in it.
     Other arguments as the base env.
 
     ## Info (per call)
     ``imagined`` (bool), ``env_role`` (prompt ids, sampled ids and log-probs of the environment
-    role, for training it), in wrap mode ``real_result`` and ``fidelity``.
+    role, for training it), in wrap mode ``real_result`` and ``fidelity``; with premise_redraws,
+    ``premise_redraws`` (results drawn again for this call) and ``premise_kept`` (bool).
     """
 
     def __init__(
@@ -171,6 +178,7 @@ class SelfSimEnv(ToolEnv):
         bank: ResultBank | None = None,
         cache: ImaginationCache | None = None,
         verifier: str = "real",
+        premise_redraws: int = 0,
         **base_kwargs: Any,
     ) -> None:
         if mode not in MODES:
@@ -182,6 +190,8 @@ class SelfSimEnv(ToolEnv):
         for name, value in (("n_samples", n_samples), ("max_result_tokens", max_result_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(premise_redraws, int) or isinstance(premise_redraws, bool) or premise_redraws < 0:
+            raise ValueError(f"premise_redraws must be an int >= 0, got {premise_redraws!r}")
         if not isinstance(n_examples, int) or n_examples < 0:
             raise ValueError(f"n_examples must be an int >= 0, got {n_examples!r}")
         if not temperature > 0:
@@ -195,7 +205,7 @@ class SelfSimEnv(ToolEnv):
         self.base_id, self.mode, self.p_real, self.verifier = base, mode, p_real, verifier
         # the agent's calls and the results it was shown (what the consistent verifier re-plans on)
         self.seen: list[tuple[ToolCall, dict[str, Any]]] = []
-        self.n_examples, self.n_samples = n_examples, n_samples
+        self.n_examples, self.n_samples, self.premise_redraws = n_examples, n_samples, premise_redraws
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
         self.lm = _resolve_model(model)
         if bank is None:
@@ -205,6 +215,7 @@ class SelfSimEnv(ToolEnv):
         self._pending: dict[str, Any] = {}
         self._real_verdict: bool | None = None
         self._world_seed: int | None = None  # options["world_seed"] of the last reset
+        self._oracle_trace: list[tuple[ToolCall, dict[str, Any]]] | None = None  # of the current task
 
     # -- where a tool call is answered ------------------------------------------------------------
     def run_tool(self, call: ToolCall, info: dict[str, Any]) -> dict[str, Any] | None:
@@ -287,26 +298,50 @@ class SelfSimEnv(ToolEnv):
         if not self._fits(plan):
             info["error"] = f"environment-role prompt ({len(prompt_ids)} tokens) overflows the context"
             return None
-        key = ImaginationCache.key(prompt_ids, plan["seed"])
-        out = self.cache.get(key) if self.cache is not None else None
-        if out is None:
-            out = plan.get("samples") or self.sample_role([prompt_ids] * self.n_samples, plan["seed"])
-            if self.cache is not None:
-                self.cache.put(key, out)
-        texts = [self.lm.decode(t) for t in out.tokens]
+        out = self._draw(prompt_ids, plan["seed"], plan.get("samples"))
+        result, error = self._read(call, out)
+        redraws = 0
+        while redraws < self.premise_redraws and error is None and self.breaks_premise(call, result):
+            redraws += 1
+            out = self._draw(prompt_ids, _redraw_seed(plan["seed"], redraws))
+            result, error = self._read(call, out)
+        if self.premise_redraws:
+            info["premise_redraws"] = redraws
+            info["premise_kept"] = error is None and not self.breaks_premise(call, result)
         info["env_role"] = {"prompt_ids": prompt_ids, "ids": out.tokens[0], "logprobs": out.logprobs[0]}
-        if len(texts) > 1:
-            canon = [_canonical(t) for t in texts]
+        if len(out.tokens) > 1:
+            canon = [_canonical(self.lm.decode(t)) for t in out.tokens]
             info["uncertainty"] = float(np.mean([c != canon[0] for c in canon[1:]]))
-        if not out.stopped[0]:
-            info["error"] = (
-                f"environment role did not finish its result within {self.max_result_tokens} tokens"
-            )
-            return None
-        result, error = result_error(texts[0], self.bank.shapes(call.name))
         if error:
             info["error"] = error
+            return None
         return result
+
+    def _draw(self, prompt_ids: list[int], seed: int, samples: Samples | None = None) -> Samples:
+        """`n_samples` environment-role results for a prompt: given, cached, or sampled with `seed`."""
+        key = ImaginationCache.key(prompt_ids, seed)
+        out = self.cache.get(key) if self.cache is not None else None
+        if out is None:
+            out = samples or self.sample_role([prompt_ids] * self.n_samples, seed)
+            if self.cache is not None:
+                self.cache.put(key, out)
+        return out
+
+    def _read(self, call: ToolCall, out: Samples) -> tuple[dict[str, Any] | None, str | None]:
+        """The first sample as a result, or the reason it is unusable."""
+        if not out.stopped[0]:
+            return None, f"environment role did not finish its result within {self.max_result_tokens} tokens"
+        return result_error(self.lm.decode(out.tokens[0]), self.bank.shapes(call.name))
+
+    def breaks_premise(self, call: ToolCall, result: dict[str, Any]) -> bool:
+        """Whether `result`, shown for `call`, drops a record the request names that the oracle's
+        real result of the same call holds, or lists it twice (see `premise_redraws`)."""
+        if self.task is None:
+            return False
+        if self._oracle_trace is None:
+            self._oracle_trace = self.family.oracle_trace(self.task)
+        real = next((r for made, r in self._oracle_trace if made == call), None)
+        return real is not None and bool(premise_breaks(real, result, self.task.prompt))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """As the base env; ``options["history"]`` = [(action, observation), ...] of a real episode
@@ -323,6 +358,7 @@ class SelfSimEnv(ToolEnv):
             raise ValueError(f"options['world_seed'] must be an int >= 0, got {world_seed!r}")
         self._pending = {}
         self.seen = []
+        self._oracle_trace = None
         history = options.pop("history", None)
         self._world_seed = None if world_seed is None else int(world_seed)
         obs, info = super().reset(seed=seed, options=options)
@@ -385,6 +421,12 @@ class SelfSimEnv(ToolEnv):
         goal = self.family.replay(task, calls)
         state = self.family.replay(task, self.calls)
         return self.family.state_matches(state, goal) and self.family.check_answer(task, answer, expected)
+
+
+def _redraw_seed(seed: int, redraw: int) -> int:
+    """The sampling seed of the `redraw`-th result drawn again for a call planned with `seed`."""
+    digest = hashlib.blake2b(f"{seed}:{redraw}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**62
 
 
 def _json_object(text: str) -> dict[str, Any]:

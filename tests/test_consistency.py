@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rehearsal_gym.consistency import align, consistent_answer, replan, substitute, value_key
+from rehearsal_gym.consistency import (
+    align,
+    consistent_answer,
+    in_request,
+    premise_breaks,
+    replan,
+    substitute,
+    value_key,
+)
 from rehearsal_gym.protocol import ToolCall, format_answer, format_call
 from rehearsal_gym.selfsim import SelfSimEnv
 
@@ -297,9 +305,11 @@ def test_trainer_envs_use_the_configured_verifier(tiny_lm):
 
     with pytest.raises(ValueError, match="rehearsal_verifier"):
         PPOConfig(rehearse="replace", rehearsal_verifier="lenient")
-    config = PPOConfig(env="Finance-v0", rehearse="replace", rehearsal_verifier="consistent")
+    config = PPOConfig(
+        env="Finance-v0", rehearse="replace", rehearsal_verifier="consistent", premise_redraws=2
+    )
     (env,) = make_train_envs(config, tiny_lm, 1)
-    assert env.verifier == "consistent" and env.mode == "replace"
+    assert env.verifier == "consistent" and env.mode == "replace" and env.premise_redraws == 2
 
 
 def _retail_task(template: str, status: str):
@@ -424,3 +434,93 @@ def test_selfsim_consistent_finance_buy_reports_the_shown_outcome(tiny_lm, affor
     # a rejection shown must be reported; a fill shown needs no report (either answer passes the state check)
     assert verdicts == ({"The": True, "Bought": False} if affordable else {"The": True, "Bought": True})
     assert family.shown_task(task, family.oracle_trace(task)) == task  # the real outcome changes nothing
+
+
+def test_premise_breaks_names_the_requested_record_a_shown_result_lacks_or_repeats():
+    real = SELL_ORACLE[0][1]
+    account = {"account_id": "A512", "cash": 7.5}
+    # CRUX shown anywhere keeps the premise; BOLT (not named in the request) may be missing
+    assert premise_breaks(real, {**account, "holdings": [{"symbol": "CRUX", "qty": 3}]}, SELL_REQUEST) == []
+    both = [{"symbol": "BOLT", "qty": 1}, {"symbol": "CRUX", "qty": 2}]
+    assert premise_breaks(real, {**account, "holdings": both[::-1]}, SELL_REQUEST) == []
+    # no CRUX, no holdings list at all, or a refusal: the account the user sells from is not theirs
+    assert premise_breaks(real, {**account, "holdings": both[:1]}, SELL_REQUEST) == ["CRUX"]
+    assert premise_breaks(real, account, SELL_REQUEST) == ["CRUX"]
+    assert premise_breaks(real, {"error": "unknown account"}, SELL_REQUEST) == ["CRUX"]
+    # CRUX listed twice: which quantity the user holds is undefined
+    twice = [{"symbol": "CRUX", "qty": 1}, {"symbol": "crux", "qty": 2}]
+    assert premise_breaks(real, {**account, "holdings": twice}, SELL_REQUEST) == ["CRUX"]
+    # results with no record the request names never drop anything
+    assert premise_breaks(SELL_ORACLE[1][1], {}, SELL_REQUEST) == []
+    assert premise_breaks({"rows": [{"k": "x"}]}, {"rows": []}, "request") == []
+
+
+def _scripted_world(env, texts):
+    """Make `env`'s environment role write `texts` in order, one per draw; returns the draw log."""
+    from rehearsal_gym.sampling import Samples
+
+    drawn = []
+
+    def sample_role(prompts, seed):
+        drawn.append(seed)
+        ids = env.lm.encode(texts[len(drawn) - 1]) + [env.lm.end_id]
+        return Samples([ids] * len(prompts), [[0.0] * len(ids)] * len(prompts), [True] * len(prompts))
+
+    env.sample_role = sample_role
+    return drawn
+
+
+@pytest.mark.parametrize("redraws", [0, 1, 3])
+def test_selfsim_draws_an_account_again_until_it_holds_the_requested_symbol(tiny_lm, redraws):
+    task, real = _sell_all_task(holdings=2)
+    symbol = task.params["symbol"]
+    other = next(h["symbol"] for h in real["holdings"] if h["symbol"] != symbol)
+    without = {**real, "holdings": [{"symbol": other, "qty": 5}]}
+    with_it = {**real, "holdings": [{"symbol": symbol, "qty": 9}]}
+    texts = [json_text(without), json_text(without), json_text(with_it)]
+    env = SelfSimEnv(
+        "Finance-v0", model=tiny_lm, verifier="consistent", split="train", bank_tasks=4,
+        premise_redraws=redraws,
+    )  # fmt: skip
+    drawn = _scripted_world(env, texts)
+    env.reset(options={"task": task, "world_seed": 3})
+    _, _, terminated, _, info = env.step(
+        format_call("get_account", {"account_id": task.params["account_id"]})
+    )
+    assert not terminated
+    kept = redraws >= 2  # the third draw is the first that holds the symbol
+    assert env.seen[-1][1] == (with_it if kept else without)
+    assert len(drawn) == 1 + min(redraws, 2) and len(set(drawn)) == len(drawn)  # a new seed each draw
+    if redraws:
+        assert info["premise_redraws"] == min(redraws, 2) and info["premise_kept"] is kept
+    else:
+        assert "premise_redraws" not in info
+    # the same world seed draws the same seeds again: the redraws are part of the world
+    first = list(drawn)
+    drawn.clear()
+    env.reset(options={"task": task, "world_seed": 3})
+    env.step(format_call("get_account", {"account_id": task.params["account_id"]}))
+    assert drawn == first and env.seen[-1][1] == (with_it if kept else without)
+
+
+def test_premise_redraws_is_validated(tiny_lm):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="premise_redraws"):
+            SelfSimEnv("Finance-v0", model=tiny_lm, bank_tasks=2, premise_redraws=bad)
+    from rehearsal_gym.agents import PPOConfig
+
+    with pytest.raises(ValueError, match="premise_redraws"):
+        PPOConfig(premise_redraws=-1)
+
+
+def test_a_value_is_in_the_request_only_as_a_whole_token():
+    assert in_request("O123", "Please cancel order O123.") and in_request("o123", "cancel O123")
+    assert not in_request("O12", "Please cancel order O123.")  # an id inside a longer id
+    assert not in_request("pen", "cancel my pending order") and in_request("pending", "my pending order")
+    assert in_request("iris.tanaka@mail.com", "my email is iris.tanaka@mail.com. Please")
+    assert in_request("91 pine ave", "ship order O2058 to 91 pine ave instead.")
+    assert not in_request("a.b", "axb")  # the value is text, not a pattern
+    assert in_request(87, CHAIN_REQUEST) and not in_request(8, CHAIN_REQUEST)
+    # a holding whose symbol is only part of the requested one is not the requested record
+    real = {"holdings": [{"symbol": "CRU", "qty": 1}, {"symbol": "CRUX", "qty": 2}]}
+    assert premise_breaks(real, {"holdings": [{"symbol": "CRUX", "qty": 5}]}, SELL_REQUEST) == []

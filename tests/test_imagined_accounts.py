@@ -44,6 +44,10 @@ def test_an_episode_is_tallied_against_the_account_it_was_shown():
     c = script.tally("CRUX", real, [(LOOK, shown), (_sell("ACME", 9), {})], False, False)
     assert c["symbol shown"] == 0 and c["right symbol"] == 0 and c["shown qty sold"] == 0
     assert script.tally("CRUX", real, [], False, False) == Counter(episodes=1)
+    # the symbol listed twice
+    shown = {"holdings": [{"symbol": "CRUX", "qty": 9}, {"symbol": "CRUX", "qty": 4}]}
+    c = script.tally("CRUX", real, [(LOOK, shown)], False, False)
+    assert c["symbol shown"] == 1 and c["symbol twice"] == 1
 
 
 def test_unreadable_shown_holdings_count_as_none():

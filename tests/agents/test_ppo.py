@@ -338,3 +338,19 @@ def test_template_curriculum_sends_the_groups_to_the_template_with_mixed_outcome
     assert templates.count("sell_all") > len(templates) / 3  # uniform sampling gives a fifth
     row = trainer.train_iteration()
     assert abs(sum(v for k, v in row.items() if k.startswith("curriculum/")) - 1) < 1e-9
+
+
+def test_premise_redraws_reach_the_envs_and_the_log(tiny_lm):
+    from rehearsal_gym.agents.ppo import _mean_info
+
+    from rehearsal_gym.rollout import Episode
+
+    trainer = PPOTrainer(PPOConfig(**{**TINY, "rehearse": "replace", "premise_redraws": 2}), fresh(tiny_lm))
+    assert all(env.premise_redraws == 2 for env in trainer.envs)
+    row = trainer.train_iteration()
+    assert {"charts/premise_kept", "charts/premise_redraws"} <= set(row)
+    episodes = [Episode("t0", "x"), Episode("t1", "x")]
+    episodes[0].infos += [{"premise_kept": True, "premise_redraws": 0}, {}]
+    episodes[1].infos += [{"premise_kept": False, "premise_redraws": 2}]
+    assert _mean_info(episodes, "premise_kept") == 0.5 and _mean_info(episodes, "premise_redraws") == 1.0
+    assert _mean_info(episodes[:0], "premise_kept") != _mean_info(episodes[:0], "premise_kept")  # NaN
