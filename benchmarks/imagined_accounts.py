@@ -1,11 +1,14 @@
 """What a model's imagined Finance accounts show in rehearsed sell_all episodes.
 
 Plays every sell_all task among held-out tasks FIRST..FIRST+N-1 in SelfSim-v0 (replace mode, the
-consistent verifier) with each model as both the agent and its own frozen world, sampled at
+consistent verifier) with each model as both the agent and its own frozen world (or, with `--world
+DIR`, the one model at DIR as every agent's world: the frozen world a PPO run trained in), sampled at
 `--temperature` as in rehearsed training, and counts per model: episodes whose agent saw a
 get_account result (`account shown`), those whose shown account holds the requested symbol
-(`symbol shown`; `symbol twice`: listed more than once) and lists the same symbols as the real account (`same symbols`), orders that sell
-the requested symbol (`right symbol`) and the shown quantity of it (`shown qty sold`), and successes
+(`symbol shown`; `symbol twice`: listed more than once) and lists the same symbols as the real
+account (`same symbols`), accounts of several holdings with the symbol, shown and real (`several
+shown`, `several real`), and those listing it first (`symbol first ...`: where copying the first
+holding's quantity is right), orders that sell the requested symbol (`right symbol`) and the shown quantity of it (`shown qty sold`), and successes
 under the consistent and the real verifier. A world that does not show the symbol leaves no order that
 can pass the consistent verifier except the real one, which the agent was never shown.
 `--premise-redraws N` has the world draw an account without the symbol, or listing it twice, again,
@@ -39,6 +42,10 @@ COLUMNS = (
     "symbol shown",
     "symbol twice",
     "same symbols",
+    "several shown",
+    "symbol first shown",
+    "several real",
+    "symbol first real",
     "right symbol",
     "shown qty sold",
     "consistent success",
@@ -80,6 +87,12 @@ def tally(
         and sum(isinstance(h, Mapping) and h.get("symbol") == symbol for h in listed) > 1
     )
     c["same symbols"] += bool(held) and set(held) == set(real)
+    # accounts of several holdings that hold the symbol, and those that list it first (where
+    # copying the first holding's quantity is right)
+    for where, symbols in (("shown", list(held)), ("real", list(real))):
+        if len(symbols) > 1 and symbol in symbols:
+            c[f"several {where}"] += 1
+            c[f"symbol first {where}"] += symbols[0] == symbol
     if order is not None:
         c["right symbol"] += order.get("symbol") == symbol
         c["shown qty sold"] += (
@@ -98,6 +111,7 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--premise-redraws", type=int, default=0)
+    parser.add_argument("--world", default=None, help="local model directory imagining every model's results")
     parser.add_argument("--out", default="runs/imagined_accounts")
     args = parser.parse_args()
     family = FinanceEnv.family
@@ -107,6 +121,7 @@ def main() -> int:
         if family.task("test", i).template == "sell_all"
     ]
     bank = result_bank(record_oracle_episodes("Finance-v0", range(40)))
+    world = LM.load(args.world) if args.world else None
     rows = []
     for spec in args.model:
         name, _, path = spec.partition("=")
@@ -119,7 +134,7 @@ def main() -> int:
             envs = [
                 SelfSimEnv(
                     "Finance-v0",
-                    model=lm,
+                    model=world or lm,
                     mode="replace",
                     bank=bank,
                     temperature=args.temperature,

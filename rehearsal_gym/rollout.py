@@ -60,11 +60,17 @@ def run_episodes(
 ) -> list[Episode]:
     """Play one episode in each env, batching the model's turns across envs.
 
+    `seed` resets env i with seed + i and, when no `generator` is given, seeds the model's
+    sampling: the same seed, weights and envs give the same episodes. Without either, sampling
+    draws from torch's global generator.
+
     A turn that could overflow the model's context ends that episode with ``truncated=True``
     and ``context_overflow=True``; nothing is cut silently.
     """
     if len(envs) != len(options):
         raise ValueError(f"{len(envs)} envs but {len(options)} reset options")
+    if generator is None and seed is not None:
+        generator = torch.Generator().manual_seed(seed)
     episodes, active = [], []
     for i, (env, opts) in enumerate(zip(envs, options, strict=True)):
         obs, info = env.reset(seed=None if seed is None else seed + i, options=dict(opts or {}))

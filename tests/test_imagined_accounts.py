@@ -33,17 +33,23 @@ def test_an_episode_is_tallied_against_the_account_it_was_shown():
             "symbol shown": 1,
             "right symbol": 1,
             "shown qty sold": 1,
+            "several real": 1,
         }
     )
     # the same symbols as the real account; another holding's quantity sold
     shown = {"holdings": [{"symbol": "BOLT", "qty": 3}, {"symbol": "CRUX", "qty": 4}]}
     c = script.tally("CRUX", real, [(LOOK, shown), (_sell("CRUX", 3), {})], False, False)
     assert c["same symbols"] == 1 and c["right symbol"] == 1 and c["shown qty sold"] == 0
+    assert c["several shown"] == c["several real"] == 1  # CRUX second in both
+    assert c["symbol first shown"] == c["symbol first real"] == 0
+    shown = {"holdings": [{"symbol": "CRUX", "qty": 4}, {"symbol": "ACME", "qty": 1}]}
+    c = script.tally("CRUX", {"CRUX": 39, "DYNA": 2}, [(LOOK, shown)], False, False)
+    assert c["symbol first shown"] == c["symbol first real"] == 1
     # the symbol not shown, a wrong one sold; no account and no order
     shown = {"holdings": [{"symbol": "ACME", "qty": 9}]}
     c = script.tally("CRUX", real, [(LOOK, shown), (_sell("ACME", 9), {})], False, False)
     assert c["symbol shown"] == 0 and c["right symbol"] == 0 and c["shown qty sold"] == 0
-    assert script.tally("CRUX", real, [], False, False) == Counter(episodes=1)
+    assert script.tally("CRUX", real, [], False, False) == Counter({"episodes": 1, "several real": 1})
     # the symbol listed twice
     shown = {"holdings": [{"symbol": "CRUX", "qty": 9}, {"symbol": "CRUX", "qty": 4}]}
     c = script.tally("CRUX", real, [(LOOK, shown)], False, False)
