@@ -154,8 +154,9 @@ class SelfSimEnv(ToolEnv):
         order) when an imagined result drops a record the request names that the task's real world
         holds, or lists it twice, such as the holding of the symbol the user asks to sell
         (`consistency.premise_breaks` against the oracle's real result of the same call); the first
-        result that keeps them, else the last drawn, is used. 0 (default) = every first draw stands. Such a world contradicts
-        the task, and no verifier can say what the agent should have done in it.
+        result that keeps them, else the last drawn, is used; 0 (default): every first draw stands.
+        Such a world contradicts the task, and no verifier can say what the agent should have done
+        in it.
     Other arguments as the base env.
 
     ## Info (per call)
