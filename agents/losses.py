@@ -127,10 +127,27 @@ def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) ->
     return masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
 
 
-def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Low-variance KL(policy || reference) estimator k3 = exp(r) - r - 1, r = ref_logp - logp."""
+def kl_to_reference(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, max_token_kl: float = 0.0
+) -> torch.Tensor:
+    """Low-variance KL(policy || reference) estimator k3 = exp(r) - r - 1, r = ref_logp - logp,
+    token-mean over the mask.
+
+    k3 grows as exp(r): one token the policy has made e^20 times less likely than the reference did
+    weighs 5e8 and, after gradient clipping, takes the whole optimizer step. `max_token_kl` > 0 caps
+    each token's term (r is first clipped to [-20, 20]); a capped token gives no gradient, like
+    verl's ``low_var_kl`` (cap 10). 0: no cap."""
+    if max_token_kl:
+        return masked_mean(token_kl(logp, ref_logp, max_log_ratio=20.0).clamp(max=max_token_kl), mask)
+    return masked_mean(token_kl(logp, ref_logp), mask)
+
+
+def token_kl(logp: torch.Tensor, ref_logp: torch.Tensor, max_log_ratio: float = 0.0) -> torch.Tensor:
+    """Each token's k3 term exp(r) - r - 1, r = ref_logp - logp (clipped to +-max_log_ratio if > 0)."""
     r = ref_logp - logp
-    return masked_mean(torch.exp(r) - r - 1.0, mask)
+    if max_log_ratio:
+        r = r.clamp(-max_log_ratio, max_log_ratio)
+    return torch.exp(r) - r - 1.0
 
 
 def entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -36,9 +36,11 @@ from .losses import (
     grounding_loss,
     group_advantages,
     kl_to_reference,
+    masked_mean,
     opd_loss,
     policy_loss,
     token_gae,
+    token_kl,
     value_loss,
     weight_negative,
 )
@@ -82,6 +84,9 @@ class PPOConfig:
     # steps stop too); 0 = off
     target_kl: float = 0.0
     kl_coef: float = 0.01  # KL(policy || frozen reference) coefficient (SEED's reference value)
+    # cap on each token's k3 KL term (verl's low_var_kl: 10); without it one token whose probability
+    # fell far below the reference's takes a whole step (losses.kl_to_reference); 0 = no cap
+    kl_clamp: float = 0.0
     ent_coef: float = 0.0  # entropy bonus
     max_grad_norm: float = 1.0  # gradient clipping
     temperature: float = 1.0  # sampling temperature of both roles
@@ -185,6 +190,7 @@ class PPOConfig:
             "negative_weight",
             "grounding_coef",
             "target_kl",
+            "kl_clamp",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -414,6 +420,7 @@ class PPOTrainer:
             "approx_kl_ref": [],
             "approx_kl": [],
             "clip_frac": [],
+            "kl_capped_frac": [],
             "value_loss": [],
             "opd_loss": [],
             "grounding_loss": [],
@@ -451,7 +458,10 @@ class PPOTrainer:
                 pl, clip_frac = policy_loss(
                     logp, old[:, 1:], token_adv, m, self.config.clip, self.config.loss_reduction
                 )
-                kl = kl_to_reference(logp, ref_logp, m)
+                kl = kl_to_reference(logp, ref_logp, m, self.config.kl_clamp)
+                if self.config.kl_clamp:
+                    over = token_kl(logp.detach(), ref_logp) > self.config.kl_clamp
+                    stats["kl_capped_frac"].append(masked_mean(over.float(), m).item())
                 loss = pl + self.config.kl_coef * kl
                 if any(sq.skill_ids for sq in batch):
                     opd = opd_loss(

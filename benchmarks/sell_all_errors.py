@@ -2,7 +2,8 @@
 
 Replays every sell_all task among held-out tasks FIRST..FIRST+N-1 greedily with each model and
 compares its first place_order call with the oracle's: `ok`, `ticker` (wrong symbol, right quantity),
-`quantity` (right symbol, wrong quantity), `both`, `no order`. Rows split by how many holdings the
+`quantity` (right symbol, wrong quantity), `both`, `no order`; it also prints each model's most frequent
+wrong tickers (requested -> sold). Rows split by how many holdings the
 account has and where the requested symbol sits among them (0 = first; the get_account result lists them in
 symbol order), since a model that copies the first holding's quantity fails only on later positions.
 
@@ -45,14 +46,22 @@ def sell_all_tasks(first: int, n: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def kind(actions: list[str], expected: ToolCall) -> str:
+def first_order(actions: list[str]) -> ToolCall | None:
+    """The episode's first well-formed place_order call, if any."""
     for text in actions:
         turn = parse_turn(text, FinanceEnv.family.tools)
         if isinstance(turn, ToolCall) and turn.name == "place_order":
-            sym = turn.arguments.get("symbol") == expected.arguments["symbol"]
-            qty = turn.arguments.get("qty") == expected.arguments["qty"]
-            return "ok" if sym and qty else "quantity" if sym else "ticker" if qty else "both"
-    return "no order"
+            return turn
+    return None
+
+
+def kind(actions: list[str], expected: ToolCall) -> str:
+    order = first_order(actions)
+    if order is None:
+        return "no order"
+    sym = order.arguments.get("symbol") == expected.arguments["symbol"]
+    qty = order.arguments.get("qty") == expected.arguments["qty"]
+    return "ok" if sym and qty else "quantity" if sym else "ticker" if qty else "both"
 
 
 def main() -> int:
@@ -74,18 +83,26 @@ def main() -> int:
             parser.error(f"--model takes NAME=DIR, got {spec!r}")
         lm = LM.load(path)
         counts: dict[tuple[int, int], collections.Counter] = collections.defaultdict(collections.Counter)
+        swaps: collections.Counter = collections.Counter()  # (requested, sold) of wrong tickers
         for s in range(0, len(tasks), 32):
             batch = tasks[s : s + 32]
             envs = [gym.make("Finance-v0", split="test") for _ in batch]
             episodes = run_episodes(lm, envs, [{"task_index": i} for i, _, _ in batch])
             for (i, held, pos), ep in zip(batch, episodes, strict=True):
                 counts[(held, pos)][kind(ep.actions, expected[i])] += 1
+                order = first_order(ep.actions)
+                wanted = expected[i].arguments["symbol"]
+                if order is not None and order.arguments.get("symbol") != wanted:
+                    swaps[(wanted, order.arguments.get("symbol"))] += 1
             for env in envs:
                 env.close()
         total: collections.Counter = sum(counts.values(), collections.Counter())
         for (held, pos), c in [*sorted(counts.items()), (("all", "all"), total)]:
             rows.append({"model": name, "holdings": held, "position": pos, **{k: c[k] for k in KINDS}})
         print(f"{name}: " + ", ".join(f"{k} {total[k]}" for k in KINDS), flush=True)
+        if swaps:
+            top = ", ".join(f"{a} -> {b} {n}" for (a, b), n in swaps.most_common(5))
+            print(f"  wrong tickers (requested -> sold): {top}", flush=True)
     print(write_table(rows, Path(args.out), "sell_all_errors"))
     return 0
 

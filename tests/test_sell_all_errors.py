@@ -34,3 +34,5 @@ def test_sell_all_orders_are_classified_against_the_oracles():
         script.kind([format_call("place_order", {**wrong_sym, "qty": order["qty"] + 1})], calls[-1]) == "both"
     )
     assert script.kind([look, "ANSWER done", "CALL place_order {not json"], calls[-1]) == "no order"
+    assert script.first_order([look, format_call("place_order", wrong_sym)]).arguments["symbol"] == "ZZZZ"
+    assert script.first_order([look, "ANSWER done"]) is None

@@ -90,6 +90,27 @@ def test_value_loss_and_kl_and_entropy():
     assert entropy(uniform, torch.ones(1, 1)).item() == pytest.approx(math.log(4))
 
 
+def test_kl_to_reference_cap_bounds_a_token_and_its_gradient():
+    # a token the policy made e^20 times less likely than the reference: k3 = e^20 - 21
+    logp = torch.tensor([[-21.0, math.log(0.5)]], requires_grad=True)
+    ref = torch.tensor([[-1.0, math.log(0.25)]])
+    mask = torch.ones(1, 2)
+    r = math.log(0.25) - math.log(0.5)
+    small = math.exp(r) - r - 1
+    uncapped = kl_to_reference(logp, ref, mask)
+    assert uncapped.item() == pytest.approx((math.exp(20) - 21 + small) / 2, rel=1e-5)
+    capped = kl_to_reference(logp, ref, mask, max_token_kl=10.0)
+    assert capped.item() == pytest.approx((10.0 + small) / 2, rel=1e-5)
+    capped.backward()
+    # the capped token gives no gradient; the other keeps k3's (1 - exp(r)) / n
+    assert logp.grad[0, 0].item() == 0.0
+    assert logp.grad[0, 1].item() == pytest.approx((1 - math.exp(r)) / 2)
+    # below the cap nothing changes, and an extreme ratio stays finite
+    assert kl_to_reference(logp[:, 1:], ref[:, 1:], mask[:, 1:], 10.0).item() == pytest.approx(small)
+    huge = kl_to_reference(torch.tensor([[-500.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), 10.0)
+    assert huge.item() == 10.0
+
+
 def test_approx_kl_hand_computed():
     new = torch.tensor([[math.log(0.5), math.log(0.2)]])
     old = torch.tensor([[math.log(0.25), math.log(0.2)]])

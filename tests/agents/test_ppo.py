@@ -97,6 +97,29 @@ def test_target_kl_stops_the_round_once_the_policy_moved(tiny_lm):
     assert 0 < tight["update_fraction"] < 1
 
 
+def test_kl_clamp_keeps_one_far_token_from_taking_the_step(tiny_lm):
+    """A policy that made the sampled tokens far less likely than the reference did (as junk tokens
+    after a failed call do in long runs): uncapped, k3 explodes; with kl_clamp each token weighs at
+    most the cap."""
+    ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
+    full = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
+    mask = [0] * len(ids) + [1] * (len(full) - len(ids))
+
+    def run(kl_clamp):
+        trainer = PPOTrainer(PPOConfig(**{**TINY, "kl_clamp": kl_clamp, "kl_coef": 1.0}), fresh(tiny_lm))
+        with torch.no_grad():  # the policy forgets the answer's tokens; the reference keeps them
+            for t in set(full[len(ids) :]):
+                trainer.lm.model.get_output_embeddings().weight[t] *= -30.0
+            lp = torch.log_softmax(trainer.lm.model(input_ids=torch.tensor([full])).logits[0, :-1], -1)
+        old = [0.0] + lp.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1).tolist()
+        return trainer.update([RoleSequence(full, mask, old, reward, group=0) for reward in (1.0, 0.0)])
+
+    free, capped = run(0.0), run(10.0)
+    assert free["approx_kl_ref"] > 100 and free["kl_capped_frac"] == 0.0  # not measured without a cap
+    assert 0 < capped["approx_kl_ref"] <= 10.0
+    assert 0 < capped["kl_capped_frac"] <= 1.0
+
+
 @pytest.mark.parametrize("sampling", ["uniform", "template-variance"])
 def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path, sampling):
     a = PPOTrainer(PPOConfig(**TINY, task_sampling=sampling), fresh(tiny_lm))
@@ -176,6 +199,7 @@ def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_pat
         ({"warmup_iterations": -1}, "warmup_iterations"),
         ({"target_kl": -0.1}, "target_kl"),
         ({"target_kl": float("nan")}, "target_kl"),
+        ({"kl_clamp": -1.0}, "kl_clamp"),
         ({"grounding_coef": 1.0, "rehearse": "replace"}, "grounding_coef"),
         ({"rehearsal_world": "dream"}, "rehearsal_world"),
         ({"task_sampling": "hardest"}, "task_sampling"),
