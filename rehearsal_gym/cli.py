@@ -111,19 +111,25 @@ def _demo_ppo(lm, args: argparse.Namespace) -> None:
     print(f"written: {out}/progress.csv, {out}/learning_curve.png, {out}/result.json, {out}/tb/")
 
 
+def _warmstart_command_config(args: argparse.Namespace):
+    """The WarmStartConfig of `rehearsal-gym warmstart`'s options (None keeps a default)."""
+    return _warm_config(
+        steps=args.steps,
+        tasks_per_env=args.tasks_per_env,
+        seed=args.seed,
+        polish_steps=args.polish_steps,
+        polish_tasks_per_env=args.polish_tasks_per_env,
+        polish_envs=tuple(args.polish_envs) if args.polish_envs else None,
+    )
+
+
 def cmd_warmstart(args: argparse.Namespace) -> int:
     """Train the warm start (replacing its cache) and report held-out success per family."""
     from .report import plot_curve, write_table
     from .rollout import evaluate
     from .warmstart import train_warm_start, warm_start_path
 
-    config = _warm_config(
-        steps=args.steps,
-        tasks_per_env=args.tasks_per_env,
-        seed=args.seed,
-        polish_steps=args.polish_steps,
-        polish_tasks_per_env=args.polish_tasks_per_env,
-    )
+    config = _warmstart_command_config(args)
     out = Path(args.out)
     t0 = time.time()
     lm, losses = train_warm_start(config, progress=not args.quiet)
@@ -337,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="fresh train tasks per env whose oracle demos the polish trains on",
+    )
+    ws.add_argument(
+        "--polish-envs",
+        nargs="+",
+        choices=REAL_ENV_IDS,
+        default=None,
+        help="envs whose fresh demos the polish trains on (default: all)",
     )
     ws.add_argument("--eval-tasks", type=int, default=100)
     ws.add_argument("--seed", type=int, default=0)

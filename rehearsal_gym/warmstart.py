@@ -57,6 +57,8 @@ class WarmStartConfig:
     polish_tasks_per_env: int = 3000
     polish_lr: float = 3e-4
     polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
+    # envs whose fresh demos the polish trains on (a subset of envs); None = all of envs
+    polish_envs: tuple[str, ...] | None = None
     # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
     polish_drill_every: int = 0
 
@@ -85,6 +87,15 @@ class WarmStartConfig:
                 raise ValueError(f"WarmStartConfig.{name} must be a positive finite number, got {value!r}")
         if not self.envs:
             raise ValueError("WarmStartConfig.envs must name at least one env")
+        if self.polish_envs is not None:
+            if not isinstance(self.polish_envs, tuple) or not self.polish_envs:
+                raise ValueError(
+                    f"WarmStartConfig.polish_envs must be None or a non-empty tuple of env ids, "
+                    f"got {self.polish_envs!r}"
+                )
+            unknown = [e for e in self.polish_envs if e not in self.envs]
+            if unknown:
+                raise ValueError(f"WarmStartConfig.polish_envs must be among envs {self.envs}, got {unknown}")
 
     def key(self) -> str:
         """Short hash naming the cached checkpoint of this config (and tokenizer version)."""
@@ -93,6 +104,8 @@ class WarmStartConfig:
             fields = {k: v for k, v in fields.items() if not k.startswith("polish_")}
         if not self.polish_drill_every:  # ... and from before polish drills existed
             fields.pop("polish_drill_every", None)
+        if self.polish_envs is None:  # ... and from before polish_envs existed
+            fields.pop("polish_envs", None)
         blob = json.dumps([fields, TOKENIZER_VERSION], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -259,7 +272,7 @@ def polish(
     lm: LM, config: WarmStartConfig, progress: bool = True, log: Callable[[str], None] = print
 ) -> list[float]:
     """The polish phase on `lm` in place: `config.polish_steps` steps on oracle demos of train
-    tasks the main phase did not see, as agent and (a `polish_env_role_fraction` share of their
+    tasks the main phase did not see (of `config.polish_envs`, default all envs), as agent and (a `polish_env_role_fraction` share of their
     calls) as environment role, no copy drills, at `polish_lr` (short warmup, cosine decay).
     Returns the loss per step.
 
@@ -272,11 +285,12 @@ def polish(
         config.seed + 2
     )  # apart, so polish_drill_every=0 leaves rng's draws as they were
     examples, drills = [], []
-    for env_id in config.envs:
+    envs = config.polish_envs or config.envs
+    for env_id in envs:
         demos = record_oracle_episodes(env_id, range(first, first + config.polish_tasks_per_env))
         examples += _both_roles(lm, demos, config.polish_env_role_fraction, config.env_role_examples, rng)
         if config.polish_drill_every:
-            drills += copy_drills(lm, demos, config.copy_drills // len(config.envs), drill_rng)
+            drills += copy_drills(lm, demos, config.copy_drills // len(envs), drill_rng)
     _check_context(lm, examples)
     log(
         f"polish: {len(examples)} sequences of both roles from fresh demos and {len(drills)} copy drills "

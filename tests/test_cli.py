@@ -118,13 +118,16 @@ def test_cli_config_error_names_the_field():
 
 
 def test_warmstart_options_reach_the_config_and_are_validated():
-    from rehearsal_gym.cli import _warm_config, build_parser
+    from rehearsal_gym.cli import _warmstart_command_config, build_parser
+    from rehearsal_gym.warmstart import WarmStartConfig
 
-    args = build_parser().parse_args(
-        ["warmstart", "--polish-steps", "9000", "--polish-tasks-per-env", "6000"]
-    )
-    config = _warm_config(polish_steps=args.polish_steps, polish_tasks_per_env=args.polish_tasks_per_env)
-    assert (config.polish_steps, config.polish_tasks_per_env) == (9000, 6000)
+    parse = build_parser().parse_args
+    args = parse(["warmstart", "--polish-steps", "9000", "--polish-tasks-per-env", "6000"])
+    config = _warmstart_command_config(args)
+    assert (config.polish_steps, config.polish_tasks_per_env, config.polish_envs) == (9000, 6000, None)
+    assert config == WarmStartConfig(polish_steps=9000, polish_tasks_per_env=6000)
+    args = parse(["warmstart", "--polish-envs", "Retail-v0", "Finance-v0"])
+    assert _warmstart_command_config(args).polish_envs == ("Retail-v0", "Finance-v0")
     out = subprocess.run(
         [sys.executable, "-m", "rehearsal_gym.cli", "warmstart", "--polish-tasks-per-env", "0"],
         capture_output=True,

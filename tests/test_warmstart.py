@@ -101,6 +101,10 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         ({"polish_env_role_fraction": -0.1}, "polish_env_role_fraction"),
         ({"polish_drill_every": -1}, "polish_drill_every"),
         ({"polish_drill_every": 1.5}, "polish_drill_every"),
+        ({"polish_envs": ()}, "polish_envs"),
+        ({"polish_envs": ["Retail-v0"]}, "polish_envs"),
+        ({"polish_envs": ("Retail-v0", "Nope-v0")}, "polish_envs"),
+        ({"envs": ("Retail-v0",), "polish_envs": ("Finance-v0",)}, "polish_envs"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
@@ -125,6 +129,27 @@ def test_config_key_without_polish_is_the_key_from_before_polish_existed():
 def test_config_key_without_polish_drills_is_the_key_from_before_they_existed():
     assert WarmStartConfig(polish_drill_every=0).key() == "4c40a984873c"  # the README's polished warm start
     assert WarmStartConfig(polish_drill_every=3).key() != WarmStartConfig(polish_drill_every=0).key()
+
+
+def test_config_key_without_polish_envs_is_the_key_from_before_they_existed():
+    assert WarmStartConfig(polish_envs=None).key() == "4c40a984873c"
+    assert WarmStartConfig(polish_envs=("Retail-v0", "Finance-v0")).key() != "4c40a984873c"
+
+
+def test_polish_envs_restrict_the_polish_demos(tiny_lm):
+    small = dict(tasks_per_env=2, batch_size=4, warmup=2, polish_steps=2, polish_tasks_per_env=3)
+
+    def run(**kwargs):
+        logs = []
+        lm = LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
+        losses = polish(lm, WarmStartConfig(**small, **kwargs), progress=False, log=logs.append)
+        return int(logs[0].split()[1]), losses
+
+    retail_only = run(envs=("Retail-v0",))
+    # the main phase saw both envs; the polish trains on Retail's fresh demos alone, the same batches
+    assert run(envs=("Retail-v0", "Finance-v0"), polish_envs=("Retail-v0",)) == retail_only
+    both, _ = run(envs=("Retail-v0", "Finance-v0"))
+    assert both > retail_only[0]
 
 
 def test_polish_drills_interleave_copy_drills(tiny_lm):
