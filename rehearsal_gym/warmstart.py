@@ -272,8 +272,9 @@ def polish(
     lm: LM, config: WarmStartConfig, progress: bool = True, log: Callable[[str], None] = print
 ) -> list[float]:
     """The polish phase on `lm` in place: `config.polish_steps` steps on oracle demos of train
-    tasks the main phase did not see (of `config.polish_envs`, default all envs), as agent and (a `polish_env_role_fraction` share of their
-    calls) as environment role, no copy drills, at `polish_lr` (short warmup, cosine decay).
+    tasks the main phase did not see (of `config.polish_envs`, default all envs), as agent and (a
+    `polish_env_role_fraction` share of their calls) as environment role, no copy drills, at
+    `polish_lr` (short warmup, cosine decay).
     Returns the loss per step.
 
     Agent-role sequences alone raised held-out success a lot but broke the environment role (58 to
