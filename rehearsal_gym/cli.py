@@ -120,6 +120,7 @@ def _warmstart_command_config(args: argparse.Namespace):
         polish_steps=args.polish_steps,
         polish_tasks_per_env=args.polish_tasks_per_env,
         polish_envs=tuple(args.polish_envs) if args.polish_envs else None,
+        polish_env_tasks=tuple(args.polish_env_tasks) if args.polish_env_tasks else None,
     )
 
 
@@ -127,13 +128,21 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
     """Train the warm start (replacing its cache) and report held-out success per family."""
     from .report import plot_curve, write_table
     from .rollout import evaluate
-    from .warmstart import train_warm_start, warm_start_path
+    from .warmstart import polish_cached_main_phase, save_warm_start, train_warm_start, warm_start_path
 
     config = _warmstart_command_config(args)
+    if args.reuse_main_phase and not config.polish_steps:
+        print(
+            "error: --reuse-main-phase needs --polish-steps > 0 (there is no polish to run)", file=sys.stderr
+        )
+        return 2
     out = Path(args.out)
     t0 = time.time()
-    lm, losses = train_warm_start(config, progress=not args.quiet)
-    lm.save(warm_start_path(config))
+    if args.reuse_main_phase:
+        lm, losses = polish_cached_main_phase(config, progress=not args.quiet)
+    else:
+        lm, losses = train_warm_start(config, progress=not args.quiet)
+    save_warm_start(lm, losses, warm_start_path(config))
     train_s = time.time() - t0
     print(f"warm start saved: {warm_start_path(config)} (pass it as --model DIR to train / eval)")
     title = f"warm start: copy drills to step {config.drill_steps}, then episodes of both roles"
@@ -350,6 +359,21 @@ def build_parser() -> argparse.ArgumentParser:
         choices=REAL_ENV_IDS,
         default=None,
         help="envs whose fresh demos the polish trains on (default: all)",
+    )
+    ws.add_argument(
+        "--polish-env-tasks",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fresh tasks of each polish env, in the order of --polish-envs (or all envs): "
+        "a family's share of the polish (default: --polish-tasks-per-env each)",
+    )
+    ws.add_argument(
+        "--reuse-main-phase",
+        action="store_true",
+        help="start the polish from the cached main phase (the --polish-steps 0 warm start; "
+        "trained and cached first if absent): the same weights, about half the time",
     )
     ws.add_argument("--eval-tasks", type=int, default=100)
     ws.add_argument("--seed", type=int, default=0)

@@ -12,7 +12,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,9 @@ class WarmStartConfig:
     polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
     # envs whose fresh demos the polish trains on (a subset of envs); None = all of envs
     polish_envs: tuple[str, ...] | None = None
+    # fresh tasks of each polish env, in the order of polish_envs (or envs): a family's share of the
+    # polish; None = polish_tasks_per_env each
+    polish_env_tasks: tuple[int, ...] | None = None
     # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
     polish_drill_every: int = 0
 
@@ -96,6 +99,17 @@ class WarmStartConfig:
             unknown = [e for e in self.polish_envs if e not in self.envs]
             if unknown:
                 raise ValueError(f"WarmStartConfig.polish_envs must be among envs {self.envs}, got {unknown}")
+        if self.polish_env_tasks is not None:
+            n = len(self.polish_envs or self.envs)
+            if (
+                not isinstance(self.polish_env_tasks, tuple)
+                or len(self.polish_env_tasks) != n
+                or not all(isinstance(t, int) and t >= 1 for t in self.polish_env_tasks)
+            ):
+                raise ValueError(
+                    f"WarmStartConfig.polish_env_tasks must be None or a tuple of {n} positive ints "
+                    f"(one per polish env), got {self.polish_env_tasks!r}"
+                )
 
     def key(self) -> str:
         """Short hash naming the cached checkpoint of this config (and tokenizer version)."""
@@ -106,6 +120,8 @@ class WarmStartConfig:
             fields.pop("polish_drill_every", None)
         if self.polish_envs is None:  # ... and from before polish_envs existed
             fields.pop("polish_envs", None)
+        if self.polish_env_tasks is None:  # ... and from before polish_env_tasks existed
+            fields.pop("polish_env_tasks", None)
         blob = json.dumps([fields, TOKENIZER_VERSION], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -272,9 +288,9 @@ def polish(
     lm: LM, config: WarmStartConfig, progress: bool = True, log: Callable[[str], None] = print
 ) -> list[float]:
     """The polish phase on `lm` in place: `config.polish_steps` steps on oracle demos of train
-    tasks the main phase did not see (of `config.polish_envs`, default all envs), as agent and (a
-    `polish_env_role_fraction` share of their calls) as environment role, no copy drills, at
-    `polish_lr` (short warmup, cosine decay).
+    tasks the main phase did not see (`polish_tasks(config)` of each of `config.polish_envs`,
+    default all envs), as agent and (a `polish_env_role_fraction` share of their calls) as
+    environment role, no copy drills, at `polish_lr` (short warmup, cosine decay).
     Returns the loss per step.
 
     Agent-role sequences alone raised held-out success a lot but broke the environment role (58 to
@@ -287,8 +303,8 @@ def polish(
     )  # apart, so polish_drill_every=0 leaves rng's draws as they were
     examples, drills = [], []
     envs = config.polish_envs or config.envs
-    for env_id in envs:
-        demos = record_oracle_episodes(env_id, range(first, first + config.polish_tasks_per_env))
+    for env_id, n_tasks in zip(envs, polish_tasks(config), strict=True):
+        demos = record_oracle_episodes(env_id, range(first, first + n_tasks))
         examples += _both_roles(lm, demos, config.polish_env_role_fraction, config.env_role_examples, rng)
         if config.polish_drill_every:
             drills += copy_drills(lm, demos, config.copy_drills // len(envs), drill_rng)
@@ -318,8 +334,44 @@ def polish(
     return losses
 
 
+def polish_tasks(config: WarmStartConfig) -> tuple[int, ...]:
+    """Fresh tasks the polish takes from each of its envs (`polish_envs`, default `envs`)."""
+    envs = config.polish_envs or config.envs
+    return config.polish_env_tasks or (config.polish_tasks_per_env,) * len(envs)
+
+
+def main_phase_config(config: WarmStartConfig) -> WarmStartConfig:
+    """The config of `config`'s main phase alone (its warm start before the polish)."""
+    return replace(config, polish_steps=0)
+
+
 def warm_start_path(config: WarmStartConfig) -> Path:
     return cache_dir() / f"warmstart-{config.key()}"
+
+
+def polish_cached_main_phase(
+    config: WarmStartConfig, progress: bool = True, log: Callable[[str], None] = print
+) -> tuple[LM, list[float]]:
+    """`config`'s warm start from its main phase's cache (`main_phase_config(config)`, trained and
+    cached first if absent): the polish alone, the same weights as `train_warm_start(config)` (the
+    polish draws nothing from torch's generator; tested). Returns the model and the loss per step,
+    the main phase's included."""
+    if not config.polish_steps:
+        raise ValueError("polish_cached_main_phase needs WarmStartConfig.polish_steps > 0")
+    main = main_phase_config(config)
+    lm = load_or_train(main, progress=progress, log=log)
+    losses_file = warm_start_path(main) / "losses.json"
+    losses = json.loads(losses_file.read_text()) if losses_file.is_file() else []
+    if len(losses) != main.drill_steps + main.steps:  # a cache without its losses: its curve is unknown
+        losses = [float("nan")] * (main.drill_steps + main.steps)
+    losses += polish(lm, config, progress=progress, log=log)
+    return lm, losses
+
+
+def save_warm_start(lm: LM, losses: list[float], path: Path) -> None:
+    """The model (atomically) and its loss per step (losses.json) at `path`."""
+    lm.save(path)
+    (path / "losses.json").write_text(json.dumps(losses))
 
 
 def load_or_train(config: WarmStartConfig | None = None, progress: bool = True, log=print) -> LM:
@@ -330,7 +382,6 @@ def load_or_train(config: WarmStartConfig | None = None, progress: bool = True, 
         log(f"warm start: loading cached {path}")
         return LM.load(path)
     lm, losses = train_warm_start(config, progress=progress, log=log)
-    lm.save(path)
-    (path / "losses.json").write_text(json.dumps(losses))
+    save_warm_start(lm, losses, path)
     log(f"warm start: saved {path} (final loss {np.mean(losses[-20:]):.3f})")
     return lm

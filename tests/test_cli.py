@@ -128,12 +128,17 @@ def test_warmstart_options_reach_the_config_and_are_validated():
     assert config == WarmStartConfig(polish_steps=9000, polish_tasks_per_env=6000)
     args = parse(["warmstart", "--polish-envs", "Retail-v0", "Finance-v0"])
     assert _warmstart_command_config(args).polish_envs == ("Retail-v0", "Finance-v0")
-    out = subprocess.run(
-        [sys.executable, "-m", "rehearsal_gym.cli", "warmstart", "--polish-tasks-per-env", "0"],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2 and "polish_tasks_per_env" in out.stderr
+    args = parse(["warmstart", "--polish-envs", "Retail-v0", "Finance-v0", "--polish-env-tasks", "600", "50"])
+    assert _warmstart_command_config(args).polish_env_tasks == (600, 50)
+    for bad, field in [
+        (["--polish-tasks-per-env", "0"], "polish_tasks_per_env"),
+        (["--polish-env-tasks", "5", "5"], "polish_env_tasks"),  # three envs, two counts
+        (["--polish-steps", "0", "--reuse-main-phase"], "polish-steps"),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-m", "rehearsal_gym.cli", "warmstart", *bad], capture_output=True, text=True
+        )
+        assert out.returncode == 2 and field in out.stderr, out.stderr
 
 
 def test_demo_ppo_prints_before_after_and_the_paired_test(tiny_lm, tmp_path, capsys, monkeypatch):

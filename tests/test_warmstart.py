@@ -19,9 +19,13 @@ from rehearsal_gym.model import LM, LMConfig
 from rehearsal_gym.warmstart import (
     WarmStartConfig,
     drill_accuracy,
+    main_phase_config,
     masked_lm_loss,
     polish,
+    polish_cached_main_phase,
+    polish_tasks,
     train_warm_start,
+    warm_start_path,
 )
 
 
@@ -105,6 +109,10 @@ def test_short_warm_start_lowers_loss(tiny_tokenizer):
         ({"polish_envs": ["Retail-v0"]}, "polish_envs"),
         ({"polish_envs": ("Retail-v0", "Nope-v0")}, "polish_envs"),
         ({"envs": ("Retail-v0",), "polish_envs": ("Finance-v0",)}, "polish_envs"),
+        ({"polish_env_tasks": (5, 5)}, "polish_env_tasks"),  # three envs
+        ({"polish_env_tasks": [5, 5, 5]}, "polish_env_tasks"),
+        ({"polish_env_tasks": (5, 0, 5)}, "polish_env_tasks"),
+        ({"polish_envs": ("Retail-v0",), "polish_env_tasks": (5, 5)}, "polish_env_tasks"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, field):
@@ -150,6 +158,55 @@ def test_polish_envs_restrict_the_polish_demos(tiny_lm):
     assert run(envs=("Retail-v0", "Finance-v0"), polish_envs=("Retail-v0",)) == retail_only
     both, _ = run(envs=("Retail-v0", "Finance-v0"))
     assert both > retail_only[0]
+
+
+def test_config_key_without_polish_env_tasks_is_the_key_from_before_they_existed():
+    assert WarmStartConfig(polish_env_tasks=None).key() == "4c40a984873c"
+    assert WarmStartConfig(polish_env_tasks=(3000, 3000, 3000)).key() != "4c40a984873c"
+
+
+def test_polish_env_tasks_set_each_familys_share(tiny_lm):
+    small = dict(tasks_per_env=2, batch_size=4, warmup=2, polish_steps=2, polish_tasks_per_env=3)
+    envs = ("Retail-v0", "Finance-v0")
+    assert polish_tasks(WarmStartConfig(**small, envs=envs)) == (3, 3)
+    assert polish_tasks(WarmStartConfig(**small, envs=envs, polish_env_tasks=(4, 1))) == (4, 1)
+
+    def run(**kwargs):
+        logs = []
+        lm = LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
+        losses = polish(lm, WarmStartConfig(**small, envs=envs, **kwargs), progress=False, log=logs.append)
+        return int(logs[0].split()[1]), losses
+
+    # tasks equal to polish_tasks_per_env: the polish of the plain config, batch for batch
+    assert run(polish_env_tasks=(3, 3)) == run()
+    assert run(polish_env_tasks=(3, 1))[0] < run()[0]
+
+
+def test_polish_of_the_cached_main_phase_gives_the_weights_of_a_full_run():
+    config = WarmStartConfig(
+        tasks_per_env=3,
+        steps=6,
+        copy_drills=30,
+        drill_steps=2,
+        drill_batch_size=4,
+        batch_size=4,
+        warmup=2,
+        polish_steps=5,
+        polish_tasks_per_env=3,
+        polish_lr=3e-3,
+        model=LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+    )
+    full, full_losses = train_warm_start(config, progress=False, log=lambda s: None)
+    assert not (warm_start_path(main_phase_config(config)) / "config.json").exists()
+    for _ in range(2):  # trains and caches the main phase, then loads it from the cache
+        lm, losses = polish_cached_main_phase(config, progress=False, log=lambda s: None)
+        assert (warm_start_path(main_phase_config(config)) / "losses.json").is_file()
+        assert losses == pytest.approx(full_losses, rel=1e-5)
+        for a, b in zip(full.model.parameters(), lm.model.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert not lm.model.training
+    with pytest.raises(ValueError, match="polish_steps"):
+        polish_cached_main_phase(main_phase_config(config), progress=False)
 
 
 def test_polish_drills_interleave_copy_drills(tiny_lm):
