@@ -139,6 +139,17 @@ def test_config_key_without_polish_drills_is_the_key_from_before_they_existed():
     assert WarmStartConfig(polish_drill_every=3).key() != WarmStartConfig(polish_drill_every=0).key()
 
 
+def test_config_key_of_the_readme_weighted_polish_cli_command():
+    # `rehearsal-gym warmstart --reuse-main-phase --polish-steps 6000 --polish-envs ToolCall-v0 Retail-v0
+    # Finance-v0 --polish-env-tasks 200 6000 200` names this cache directory in the README
+    cfg = WarmStartConfig(
+        polish_steps=6000,
+        polish_envs=("ToolCall-v0", "Retail-v0", "Finance-v0"),
+        polish_env_tasks=(200, 6000, 200),
+    )
+    assert cfg.key() == "3f4337d899e5"
+
+
 def test_config_key_without_polish_envs_is_the_key_from_before_they_existed():
     assert WarmStartConfig(polish_envs=None).key() == "4c40a984873c"
     assert WarmStartConfig(polish_envs=("Retail-v0", "Finance-v0")).key() != "4c40a984873c"
