@@ -25,7 +25,7 @@ CONFIG = dict(iterations=3, tasks_per_iter=2, group_size=2, epochs=1, minibatch_
 
 CHILD = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, signal, sys, types
     import torch
     torch.set_num_threads(1)
     import rehearsal_gym.agents.ppo as ppo
@@ -49,7 +49,10 @@ CHILD = textwrap.dedent(
                     if len(calls) == 2:
                         die()
                     real_replace(src, dst)
-                atomic.os = type("O", (), {"replace": staticmethod(replace)})
+                fake_os = types.ModuleType("os")  # os as atomic sees it, but for replace
+                fake_os.__dict__.update(os.__dict__)
+                fake_os.replace = replace
+                atomic.os = fake_os
         real_save(self, path)
 
     ppo.PPOTrainer.save = save
