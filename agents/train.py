@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -19,6 +19,9 @@ from rehearsal_gym.report import paired_sign_test, plot_curve
 from rehearsal_gym.rollout import evaluate
 
 from .ppo import PPOConfig, PPOTrainer
+
+if TYPE_CHECKING:
+    from rehearsal_gym.analyst import AnalystConfig
 
 
 def train(
@@ -30,8 +33,12 @@ def train(
     resume: bool = False,
     progress: bool = True,
     log=print,
+    analyst: AnalystConfig | None = None,
 ) -> dict[str, Any]:
-    """Run PPO for `config.iterations` rounds; held-out success (real env) before and after."""
+    """Run PPO for `config.iterations` rounds; held-out success (real env) before and after.
+
+    With `config.seed_distill` the model first takes SEED's analyst warm start under `analyst`
+    (default `AnalystConfig()`; cached per weights and config)."""
     out = Path(out)
     ckpt = recover(out / "checkpoint")
     if resume and (ckpt / "trainer_state.json").is_file():
@@ -42,7 +49,7 @@ def train(
         if config.seed_distill:  # SEED step 1: teach the policy to analyse its own episodes
             from rehearsal_gym.analyst import load_or_train_analyst
 
-            lm = load_or_train_analyst(lm, progress=progress, log=log)
+            lm = load_or_train_analyst(lm, analyst, progress=progress, log=log)
         trainer = PPOTrainer(config, lm)
         before = evaluate(trainer.lm, config.env, eval_tasks)
         out.mkdir(parents=True, exist_ok=True)

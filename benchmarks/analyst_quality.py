@@ -17,7 +17,6 @@ Writes OUT/analyst_quality.csv and .md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.analyst import AnalystConfig, analyse, load_or_train_analyst
+from rehearsal_gym.analyst import AnalystConfig, analyse, analyst_config, load_or_train_analyst
 from rehearsal_gym.model import LM
 from rehearsal_gym.report import write_table
 from rehearsal_gym.rollout import evaluate, run_episodes
@@ -37,18 +36,10 @@ ENVS = ("ToolCall-v0", "Finance-v0")
 def parse_variant(text: str) -> AnalystConfig:
     """`lr=3e-4,oracle_fraction=1.0` -> AnalystConfig(lr=3e-4, oracle_fraction=1.0) (fields checked);
     `default` -> AnalystConfig()."""
-    if text == "default":
-        return AnalystConfig()
-    fields = {f.name: f.type for f in dataclasses.fields(AnalystConfig)}
-    kwargs = {}
-    for part in filter(None, text.split(",")):
-        name, sep, value = part.partition("=")
-        if not sep or name not in fields or name == "envs":
-            raise ValueError(
-                f"--variant: expected NAME=VALUE with NAME among {sorted(set(fields) - {'envs'})}, got {part!r}"
-            )
-        kwargs[name] = int(value) if fields[name] in (int, "int") else float(value)
-    return AnalystConfig(**kwargs)
+    try:
+        return analyst_config(text or "?")
+    except ValueError as err:
+        raise ValueError(f"--variant: {err}") from None
 
 
 def skill_scores(skills: Sequence[Skill | None], labels: Sequence[Skill]) -> dict[str, float]:

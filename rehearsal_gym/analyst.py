@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import gymnasium as gym
 import numpy as np
@@ -33,8 +33,14 @@ class AnalystConfig:
     envs: tuple[str, ...] = ("ToolCall-v0", "Retail-v0", "Finance-v0")
     tasks_per_env: int = 160  # train tasks whose sampled episodes are analysed
     samples_per_task: int = 2  # sampled episodes per task (temperature 1: successes and failures)
-    oracle_fraction: float = 0.5  # agent-role oracle episodes mixed in, per analyst example
-    steps: int = 400
+    oracle_fraction: float = 1.0  # agent-role oracle episodes mixed in, per analyst example
+    # train tasks the oracle episodes are drawn from (None = the analysed tasks): more tasks than
+    # analyses makes the agent-role replay mostly new episodes instead of epochs over a few. With
+    # 400 steps over the analysed tasks' own oracle episodes (the first default) the analyst had not
+    # learned its labels (label NLL 0.3-0.7 per token) and the agent lost 13 points on ToolCall;
+    # see benchmarks/analyst_quality.py and the README's analyst rows
+    oracle_tasks_per_env: int | None = 2000
+    steps: int = 2000
     batch_size: int = 16
     lr: float = 1e-3
     seed: int = 0
@@ -45,8 +51,39 @@ class AnalystConfig:
                 raise ValueError(f"AnalystConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"AnalystConfig.lr must be a positive finite number, got {self.lr!r}")
+        if self.oracle_tasks_per_env is not None and (
+            not isinstance(self.oracle_tasks_per_env, int) or self.oracle_tasks_per_env < 1
+        ):
+            raise ValueError(
+                f"AnalystConfig.oracle_tasks_per_env must be None or a positive int, got {self.oracle_tasks_per_env!r}"
+            )
         if not 0 <= self.oracle_fraction <= 4:
             raise ValueError(f"AnalystConfig.oracle_fraction must be in [0, 4], got {self.oracle_fraction!r}")
+
+
+def analyst_config(text: str) -> AnalystConfig:
+    """`AnalystConfig` from ``NAME=VALUE,...`` overrides (``lr=3e-4,oracle_fraction=1.0``; ``none`` for
+    ``oracle_tasks_per_env``); ``""`` or ``default`` -> `AnalystConfig()`. Unknown names and bad values
+    raise ValueError naming the field. The first default was
+    ``oracle_tasks_per_env=none,oracle_fraction=0.5,steps=400``."""
+    if text in ("", "default"):
+        return AnalystConfig()
+    kinds = {f.name: str(f.type) for f in fields(AnalystConfig) if f.name != "envs"}
+    kwargs: dict[str, int | float | None] = {}
+    for part in filter(None, text.split(",")):
+        name, sep, value = part.partition("=")
+        if not sep or name not in kinds:
+            raise ValueError(
+                f"analyst config: expected NAME=VALUE with NAME among {sorted(kinds)}, got {part!r}"
+            )
+        try:
+            if value.lower() == "none" and "None" in kinds[name]:
+                kwargs[name] = None
+            else:
+                kwargs[name] = int(value) if kinds[name].startswith("int") else float(value)
+        except ValueError:
+            raise ValueError(f"AnalystConfig.{name}: expected a number, got {value!r}") from None
+    return AnalystConfig(**kwargs)
 
 
 def analyst_prompt_ids(lm: LM, request: str, actions: Sequence[str], success: bool) -> list[int]:
@@ -100,7 +137,8 @@ def train_analyst(
         data, w = sampled_analyses(lm, env_id, tasks, config.samples_per_task, config.seed + 1000 * k)
         analyses += data
         wins += w
-        oracle += [agent_sequence(lm, d) for d in record_oracle_episodes(env_id, tasks)]
+        oracle_tasks = range(10_000, 10_000 + (config.oracle_tasks_per_env or config.tasks_per_env))
+        oracle += [agent_sequence(lm, d) for d in record_oracle_episodes(env_id, oracle_tasks)]
     n_oracle = min(len(oracle), int(config.oracle_fraction * len(analyses)))
     examples = analyses + [oracle[int(i)] for i in rng.permutation(len(oracle))[:n_oracle]]
     log(f"analyst warm start: {len(analyses)} analyses ({wins} of successes), {n_oracle} oracle episodes")
@@ -154,7 +192,10 @@ def analyst_path(lm: LM, config: AnalystConfig):
 
     from .defaults import cache_dir
 
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    key = asdict(config)
+    if key["oracle_tasks_per_env"] is None:  # the key of configs from before the field existed
+        del key["oracle_tasks_per_env"]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
     for name, tensor in sorted(lm.model.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().numpy().tobytes())

@@ -302,8 +302,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     """PPO on the warm-started default (or --model), real or rehearsed; held-out success before/after."""
     from .agents.ppo import PPOConfig
     from .agents.train import train
+    from .analyst import analyst_config
 
     config = PPOConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)})
+    analyst = analyst_config(args.analyst_config)  # checked before the model loads
     result = train(
         config,
         _model(args),
@@ -311,6 +313,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_tasks=args.eval_tasks,
         resume=args.resume,
         progress=not args.quiet,
+        analyst=analyst,
     )
     print(json.dumps(result, indent=2))
     return 0
@@ -443,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
             tr.add_argument(flag, type=type(f.default), default=f.default, choices=choices.get(f.name))
     tr.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
     tr.add_argument("--eval-tasks", type=int, default=100)
+    tr.add_argument(
+        "--analyst-config",
+        default="",
+        help="with --seed-distill: AnalystConfig overrides for the analyst warm start, "
+        "e.g. oracle_tasks_per_env=2000,oracle_fraction=1.0,steps=2000 (default: AnalystConfig())",
+    )
     tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     tr.add_argument("--out", default="runs/train")
     tr.add_argument("--quiet", action="store_true")

@@ -21,11 +21,16 @@ def test_variants_parse_into_checked_analyst_configs():
     config = script.parse_variant("lr=3e-4,oracle_fraction=1.0,steps=800")
     assert (config.lr, config.oracle_fraction, config.steps) == (3e-4, 1.0, 800)
     assert isinstance(config.steps, int)
+    config = script.parse_variant("oracle_tasks_per_env=1000,oracle_fraction=3")
+    assert (config.oracle_tasks_per_env, config.oracle_fraction) == (1000, 3.0)
+    assert isinstance(config.oracle_tasks_per_env, int)
     for bad in ("lr", "envs=ToolCall-v0", "learning_rate=1e-3"):
         with pytest.raises(ValueError, match="--variant"):
             script.parse_variant(bad)
     with pytest.raises(ValueError, match="AnalystConfig.lr"):
         script.parse_variant("lr=-1")
+    with pytest.raises(ValueError, match="AnalystConfig.oracle_tasks_per_env"):
+        script.parse_variant("oracle_tasks_per_env=0")
 
 
 def test_skill_scores_count_parses_labels_and_workflows():

@@ -115,6 +115,28 @@ def test_cli_config_error_names_the_field():
         text=True,
     )
     assert out.returncode == 2 and "group_size" in out.stderr
+    for bad, field in (
+        ("steps=0", "AnalystConfig.steps"),
+        ("lr=fast", "AnalystConfig.lr"),
+        ("beta=1", "NAME"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "rehearsal_gym.cli", "train", "--seed-distill", "--analyst-config", bad],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 2 and field in out.stderr, out.stderr
+
+
+def test_analyst_config_overrides_reach_the_config():
+    from rehearsal_gym.analyst import AnalystConfig, analyst_config
+
+    assert analyst_config("") == analyst_config("default") == AnalystConfig()
+    config = analyst_config("oracle_tasks_per_env=2000,oracle_fraction=1,steps=2000")
+    assert (config.oracle_tasks_per_env, config.oracle_fraction, config.steps) == (2000, 1.0, 2000)
+    assert isinstance(config.steps, int) and isinstance(config.oracle_fraction, float)
+    first = analyst_config("oracle_tasks_per_env=none,oracle_fraction=0.5,steps=400")
+    assert (first.oracle_tasks_per_env, first.oracle_fraction, first.steps) == (None, 0.5, 400)
 
 
 def test_warmstart_options_reach_the_config_and_are_validated():

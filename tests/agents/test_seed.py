@@ -77,6 +77,22 @@ def test_analyst_warm_start_learns_the_labels(tiny_lm):
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
 
 
+def test_analyst_replay_draws_oracle_episodes_from_oracle_tasks_per_env(tiny_lm):
+    def replayed(**overrides) -> str:
+        lines = []
+        config = AnalystConfig(
+            envs=("ToolCall-v0",), tasks_per_env=6, samples_per_task=1, steps=1, batch_size=4, **overrides
+        )
+        train_analyst(fresh(tiny_lm), config, progress=False, log=lines.append)
+        return lines[0]
+
+    # the replay is capped by the oracle episodes there are: the 6 analysed tasks give 6, 12 tasks 12
+    assert replayed(oracle_fraction=2.0, oracle_tasks_per_env=None).endswith(", 6 oracle episodes")
+    assert replayed(oracle_fraction=2.0, oracle_tasks_per_env=12).endswith(", 12 oracle episodes")
+    with pytest.raises(ValueError, match="oracle_tasks_per_env"):
+        AnalystConfig(oracle_tasks_per_env=0)
+
+
 def test_analyse_returns_a_skill_or_none_per_episode(tiny_lm):
     trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
     episodes, _ = trainer.collect()
