@@ -306,6 +306,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = PPOConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)})
     analyst = analyst_config(args.analyst_config)  # checked before the model loads
+    if args.analyst_config and not config.seed_distill:
+        raise ValueError("--analyst-config configures SEED's analyst warm start: it needs --seed-distill")
     result = train(
         config,
         _model(args),

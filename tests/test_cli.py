@@ -126,6 +126,12 @@ def test_cli_config_error_names_the_field():
             text=True,
         )
         assert out.returncode == 2 and field in out.stderr, out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "rehearsal_gym.cli", "train", "--analyst-config", "steps=800"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "needs --seed-distill" in out.stderr, out.stderr
 
 
 def test_analyst_config_overrides_reach_the_config():
