@@ -90,6 +90,10 @@ class PPOConfig:
     ent_coef: float = 0.0  # entropy bonus
     max_grad_norm: float = 1.0  # gradient clipping
     temperature: float = 1.0  # sampling temperature of both roles
+    # sampling temperature of the environment role when it is not trained (frozen world, or
+    # train_env_role=False); 0 = `temperature`. A cooler world writes fewer unusable results but
+    # shows fewer distinct values (README: ToolCall's frozen world at 0.1 never says Tuesday)
+    world_temperature: float = 0.0
     skill_hints: bool = (
         False  # SEED re-scoring with the env's oracle hint as the skill (info["hint"] channel)
     )
@@ -191,10 +195,16 @@ class PPOConfig:
             "grounding_coef",
             "target_kl",
             "kl_clamp",
+            "world_temperature",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"PPOConfig.{name} must be a finite number >= 0, got {value!r}")
+        if self.world_temperature and self.train_env_role and self.rehearse != "off":
+            raise ValueError(
+                "PPOConfig.world_temperature samples the environment role at another temperature than "
+                "the one its log-probs are trained at: it needs train_env_role=False (--no-train-env-role)"
+            )
 
 
 @dataclass
@@ -682,7 +692,7 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
             model=lm,
             mode=config.rehearse,
             bank=bank,
-            temperature=config.temperature,
+            temperature=config.world_temperature or config.temperature,
             verifier=config.rehearsal_verifier,
             premise_redraws=config.premise_redraws,
             split="train",

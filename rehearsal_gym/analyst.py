@@ -40,6 +40,10 @@ class AnalystConfig:
     # learned its labels (label NLL 0.3-0.7 per token) and the agent lost 13 points on ToolCall;
     # see benchmarks/analyst_quality.py and the README's analyst rows
     oracle_tasks_per_env: int | None = 2000
+    # share of the oracle replay shown with the explainer's skill for it as a ``<|skill|>`` turn
+    # before the conversation (where SEED's teacher puts it), so the agent learns to read a skill
+    # before its skill-conditioned log-probs become a distillation target; 0 = none
+    skill_replay_fraction: float = 0.0
     steps: int = 2000
     batch_size: int = 16
     lr: float = 1e-3
@@ -56,6 +60,10 @@ class AnalystConfig:
         ):
             raise ValueError(
                 f"AnalystConfig.oracle_tasks_per_env must be None or a positive int, got {self.oracle_tasks_per_env!r}"
+            )
+        if not (isinstance(self.skill_replay_fraction, int | float) and 0 <= self.skill_replay_fraction <= 1):
+            raise ValueError(
+                f"AnalystConfig.skill_replay_fraction must be in [0, 1], got {self.skill_replay_fraction!r}"
             )
         if not 0 <= self.oracle_fraction <= 4:
             raise ValueError(f"AnalystConfig.oracle_fraction must be in [0, 4], got {self.oracle_fraction!r}")
@@ -138,7 +146,7 @@ def train_analyst(
         analyses += data
         wins += w
         oracle_tasks = range(10_000, 10_000 + (config.oracle_tasks_per_env or config.tasks_per_env))
-        oracle += [agent_sequence(lm, d) for d in record_oracle_episodes(env_id, oracle_tasks)]
+        oracle += oracle_replay(lm, env_id, oracle_tasks, config.skill_replay_fraction, rng)
     n_oracle = min(len(oracle), int(config.oracle_fraction * len(analyses)))
     examples = analyses + [oracle[int(i)] for i in rng.permutation(len(oracle))[:n_oracle]]
     log(f"analyst warm start: {len(analyses)} analyses ({wins} of successes), {n_oracle} oracle episodes")
@@ -154,6 +162,40 @@ def train_analyst(
         losses.append(lm_step(lm, opt, batch, lr, f"analyst step {step}", "AnalystConfig.lr"))
     lm.model.eval()
     return losses
+
+
+def oracle_replay(
+    lm: LM, env_id: str, task_indices: Sequence[int], skill_fraction: float, rng: np.random.Generator
+) -> list[tuple[list[int], list[int]]]:
+    """(ids, agent mask) of the oracle's episodes on train tasks; a `skill_fraction` share of them
+    (drawn with `rng`) starts with the ``<|skill|>`` turn of the explainer's workflow for the episode,
+    as SEED's teacher sees it (the skill turn is not in the loss)."""
+    demos = record_oracle_episodes(env_id, task_indices)
+    hinted = (
+        set(np.flatnonzero(rng.random(len(demos)) < skill_fraction).tolist()) if skill_fraction else set()
+    )
+    out = []
+    env = gym.make(env_id, split="train") if hinted else None
+    try:
+        for k, (index, demo) in enumerate(zip(task_indices, demos, strict=True)):
+            ids, mask = agent_sequence(lm, demo)
+            if k in hinted:
+                skill = lm.turn("skill", oracle_skill(env, int(index)).hint())
+                ids, mask = skill + ids, [0] * len(skill) + mask
+            out.append((ids, mask))
+    finally:
+        if env is not None:
+            env.close()
+    return out
+
+
+def oracle_skill(env: gym.Env, task_index: int) -> Skill:
+    """The explainer's workflow skill of the oracle's episode on a task of `env` (its split)."""
+    env.reset(options={"task_index": task_index})
+    base = env.unwrapped
+    turns = base.oracle_turns()
+    infos = [env.step(turn)[4] for turn in turns]
+    return label_skill(base.task, turns, turns, infos)
 
 
 @torch.no_grad()
@@ -195,6 +237,8 @@ def analyst_path(lm: LM, config: AnalystConfig):
     key = asdict(config)
     if key["oracle_tasks_per_env"] is None:  # the key of configs from before the field existed
         del key["oracle_tasks_per_env"]
+    if not key["skill_replay_fraction"]:  # likewise
+        del key["skill_replay_fraction"]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
     for name, tensor in sorted(lm.model.state_dict().items()):
         digest.update(name.encode())

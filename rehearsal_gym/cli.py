@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -271,7 +272,13 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from .report import write_table
 
     lm = _model(args)
-    rows = [measure_fidelity(lm, env_id, args.tasks) for env_id in args.envs]
+    rows = [
+        row
+        for env_id in args.envs
+        for row in measure_fidelity(
+            lm, env_id, args.tasks, temperature=args.world_temperature, by_template=args.by_template
+        )
+    ]
     print("\nEnvironment-role fidelity on held-out tasks (rates; gap = rehearsal - real success)\n")
     print(write_table(rows, Path(args.out), "fidelity"))
     print(f"\nwritten: {args.out}/fidelity.csv, {args.out}/fidelity.md")
@@ -413,6 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
     fi.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
     fi.add_argument("--tasks", type=int, default=50)
     fi.add_argument("--out", default="runs/fidelity")
+    fi.add_argument(
+        "--world-temperature", type=float, default=1.0, help="environment-role sampling temperature"
+    )
+    fi.add_argument("--by-template", action="store_true", help="also one row per task template")
     fi.add_argument("--quiet", action="store_true")
     fi.set_defaults(func=cmd_fidelity)
     re_ = sub.add_parser("rehearse", help=cmd_rehearse.__doc__)
@@ -480,6 +491,10 @@ def _run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)
             return 2
+    world_temperature = getattr(args, "world_temperature", 1.0)
+    if args.func is cmd_fidelity and not (math.isfinite(world_temperature) and world_temperature > 0):
+        print(f"error: --world-temperature must be > 0, got {world_temperature}", file=sys.stderr)
+        return 2
     if getattr(args, "ppo_iterations", 0) < 0:
         print(f"error: --ppo-iterations must be >= 0, got {args.ppo_iterations}", file=sys.stderr)
         return 2

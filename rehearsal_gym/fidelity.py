@@ -19,42 +19,71 @@ from .selfsim import SelfSimEnv
 
 
 def measure_fidelity(
-    lm: LM, base: str, n_tasks: int, *, split: str = "test", batch_size: int = 16
-) -> dict[str, Any]:
-    """Fidelity metrics and rehearsal gap of `lm` (as agent and environment role) on one family."""
+    lm: LM,
+    base: str,
+    n_tasks: int,
+    *,
+    split: str = "test",
+    batch_size: int = 16,
+    temperature: float = 1.0,
+    by_template: bool = False,
+) -> list[dict[str, Any]]:
+    """Fidelity metrics and rehearsal gap of `lm` (as greedy agent and as environment role sampled
+    at `temperature`) on one family: one row for the family (template "all"), then, with
+    `by_template`, one row per task template (where the gap says which workflows rehearsal
+    rewards differently from the real env)."""
     envs = [
-        SelfSimEnv(base, model=lm, mode="wrap", split=split, verifier="consistent")
+        SelfSimEnv(base, model=lm, mode="wrap", split=split, verifier="consistent", temperature=temperature)
         for _ in range(min(batch_size, n_tasks))
     ]
-    per_call: list[dict[str, float]] = []
-    invalid, imagined, successes, real_verifier = 0, 0, [], []
+    episodes: list[dict[str, Any]] = []
     for start in range(0, n_tasks, len(envs)):
         idx = list(range(start, min(start + len(envs), n_tasks)))
         for ep in run_episodes(lm, envs[: len(idx)], [{"task_index": i} for i in idx], seed=start):
-            successes.append(ep.success)
-            real_verifier.append(bool(ep.infos and ep.infos[-1].get("real_verifier_success", False)))
-            for info in ep.infos:
-                if info.get("imagined"):
-                    imagined += 1
-                    if "fidelity" in info:
-                        per_call.append(info["fidelity"])
-                    else:
-                        invalid += 1
-    real = evaluate(lm, base, n_tasks, split=split)["success"]
-    rehearsed = float(np.mean(successes)) if successes else 0.0
+            imagined = [info for info in ep.infos if info.get("imagined")]
+            episodes.append(
+                {
+                    "template": ep.template,
+                    "success": ep.success,
+                    "real_verifier": bool(ep.infos and ep.infos[-1].get("real_verifier_success", False)),
+                    "world_error": bool(
+                        imagined and "error" in imagined[-1] and "environment role" in imagined[-1]["error"]
+                    ),
+                    "imagined": len(imagined),
+                    "calls": [info["fidelity"] for info in imagined if "fidelity" in info],
+                }
+            )
+    real = evaluate(lm, base, n_tasks, split=split)
+    rows = [_summary(base, "all", episodes, real["success"], temperature)]
+    if by_template:
+        for template, success in real["per_template"].items():
+            group = [e for e in episodes if e["template"] == template]
+            rows.append(_summary(base, template, group, success, temperature))
+    return rows
 
-    def mean(key: str) -> float:
-        return float(np.mean([c[key] for c in per_call])) if per_call else 0.0
 
+def _summary(
+    base: str, template: str, episodes: list[dict[str, Any]], real: float, temperature: float
+) -> dict[str, Any]:
+    calls = [c for e in episodes for c in e["calls"]]
+    imagined = sum(e["imagined"] for e in episodes)
+
+    def mean(values: list) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    rehearsed = mean([e["success"] for e in episodes])
     return {
         "env": base,
-        "tasks": n_tasks,
+        "template": template,
+        "tasks": len(episodes),
+        "world temperature": f"{temperature:g}",
         "imagined calls": imagined,
-        "invalid results": invalid / max(imagined, 1),
-        "exact match": mean("exact"),
-        "field accuracy": mean("field_accuracy"),
-        "hallucinated fields": mean("hallucinated_fields"),
-        "success in rehearsal, real verifier": float(np.mean(real_verifier)) if real_verifier else 0.0,
+        "invalid results": (imagined - len(calls)) / max(imagined, 1),
+        "episodes ended by the world": mean([e["world_error"] for e in episodes]),
+        "exact match": mean([c["exact"] for c in calls]),
+        "field accuracy": mean([c["field_accuracy"] for c in calls]),
+        "hallucinated fields": mean([c["hallucinated_fields"] for c in calls]),
+        "success in rehearsal, real verifier": mean([e["real_verifier"] for e in episodes]),
         "success in rehearsal, consistent verifier": rehearsed,
         "success in real env": real,
         "rehearsal gap": rehearsed - real,

@@ -57,8 +57,13 @@ def run_episodes(
     max_turn_tokens: int = 96,
     generator: torch.Generator | None = None,
     seed: int | None = None,
+    skill_turns: bool = False,
 ) -> list[Episode]:
     """Play one episode in each env, batching the model's turns across envs.
+
+    `skill_turns`: an episode reset with a skill (reset option ``"skill"``, echoed in
+    ``info["skill"]``) starts with it as a ``<|skill|>`` turn before the task, where SEED's teacher
+    puts it, and the model acts on it; without it (default) the skill is only recorded.
 
     `seed` resets env i with seed + i and, when no `generator` is given, seeds the model's
     sampling: the same seed, weights and envs give the same episodes. Without either, sampling
@@ -75,6 +80,8 @@ def run_episodes(
     for i, (env, opts) in enumerate(zip(envs, options, strict=True)):
         obs, info = env.reset(seed=None if seed is None else seed + i, options=dict(opts or {}))
         ep = Episode(info.get("task_id", ""), info.get("template", ""), skill=info.get("skill"))
+        if skill_turns and ep.skill is not None:
+            ep.extend(lm.turn("skill", ep.skill), agent=False)
         ep.extend(lm.turn("task", obs), agent=False)
         episodes.append(ep)
         active.append(i)

@@ -39,6 +39,12 @@ def test_cli_rejects_bad_numbers():
         text=True,
     )
     assert out.returncode == 2 and "--ppo-iterations must be >= 0" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "rehearsal_gym.cli", "fidelity", "--world-temperature", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "--world-temperature must be > 0" in out.stderr
 
 
 def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):

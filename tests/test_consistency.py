@@ -503,6 +503,24 @@ def test_selfsim_draws_an_account_again_until_it_holds_the_requested_symbol(tiny
     assert drawn == first and env.seen[-1][1] == (with_it if kept else without)
 
 
+def test_world_temperature_samples_the_untrained_environment_role(tiny_lm):
+    from rehearsal_gym.agents import PPOConfig
+    from rehearsal_gym.agents.ppo import make_train_envs
+
+    frozen = dict(rehearse="replace", rehearsal_world="frozen", train_env_role=False, temperature=0.7)
+    (env,) = make_train_envs(PPOConfig(**frozen), tiny_lm, 1)
+    assert env.temperature == 0.7  # 0 (default): the agent's temperature
+    (env,) = make_train_envs(PPOConfig(**frozen, world_temperature=0.1), tiny_lm, 1)
+    assert env.temperature == 0.1
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="world_temperature"):
+            PPOConfig(**frozen, world_temperature=bad)
+    # a trained environment role must be sampled at the temperature its log-probs are taken at
+    with pytest.raises(ValueError, match="world_temperature.*no-train-env-role"):
+        PPOConfig(rehearse="replace", world_temperature=0.1)
+    PPOConfig(world_temperature=0.1)  # real env: no environment role, nothing to check
+
+
 def test_premise_redraws_is_validated(tiny_lm):
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="premise_redraws"):

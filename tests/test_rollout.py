@@ -23,3 +23,45 @@ def test_a_seed_fixes_the_sampled_episodes_whatever_the_global_generator(tiny_lm
     torch.manual_seed(2)  # the global generator no longer matters once a seed is given
     assert _sampled(tiny_lm, seed=7) == first
     assert _sampled(tiny_lm, seed=8) != first
+
+
+def test_skill_turns_put_the_reset_skill_before_the_task(tiny_lm):
+    envs = [gym.make("Finance-v0", split="test") for _ in range(2)]
+    options = [{"task_index": 0, "skill": "Do: get_price then ANSWER"}, {"task_index": 1}]
+    plain = run_episodes(tiny_lm, envs, options, seed=0, max_turn_tokens=8)
+    skilled = run_episodes(tiny_lm, envs, options, seed=0, max_turn_tokens=8, skill_turns=True)
+    skill = tiny_lm.turn("skill", "Do: get_price then ANSWER")
+    task = tiny_lm.turn("task", envs[0].reset(options={"task_index": 0})[0])
+    assert plain[0].skill == skilled[0].skill == "Do: get_price then ANSWER"
+    assert plain[0].ids[: len(task)] == task  # recorded only
+    assert skilled[0].ids[: len(skill) + len(task)] == skill + task  # read by the agent
+    assert skilled[0].agent_mask[: len(skill)] == [0] * len(skill)
+    assert skilled[1].ids == plain[1].ids  # no skill, nothing inserted
+
+
+def test_skill_conditioning_benchmark_scores_with_and_without_skills(tiny_lm, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "skill_conditioning.py"
+    spec = importlib.util.spec_from_file_location("skill_conditioning", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tiny_lm.save(tmp_path / "m")
+    assert (
+        script.main(
+            [
+                "--models",
+                f"tiny={tmp_path / 'm'}",
+                "--envs",
+                "ToolCall-v0",
+                "--tasks",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
+    table = (tmp_path / "out" / "skill_conditioning.md").read_text()
+    assert "| tiny | ToolCall-v0 | 2 |" in table

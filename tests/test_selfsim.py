@@ -246,3 +246,18 @@ def test_branched_rehearsal(tiny_lm):
     real_only = BranchedRehearsalEnv("ToolCall-v0", model=tiny_lm, real_ratio=1.0, bank_tasks=3)
     real_only.reset(seed=0)
     assert all(not real_only.step('CALL add {"a": 1, "b": 1}')[-1]["imagined"] for _ in range(3))
+
+
+def test_measure_fidelity_rows_per_family_and_template(tiny_lm):
+    from rehearsal_gym.fidelity import measure_fidelity
+
+    rows = measure_fidelity(tiny_lm, "ToolCall-v0", 6, batch_size=3, temperature=0.5, by_template=True)
+    family, templates = rows[0], rows[1:]
+    assert family["template"] == "all" and family["tasks"] == 6 and family["world temperature"] == "0.5"
+    assert templates and sum(r["tasks"] for r in templates) == 6
+    for row in rows:
+        for key in ("invalid results", "episodes ended by the world", "exact match", "success in real env"):
+            assert 0.0 <= row[key] <= 1.0
+        gap = row["success in rehearsal, consistent verifier"] - row["success in real env"]
+        assert row["rehearsal gap"] == pytest.approx(gap)
+    assert measure_fidelity(tiny_lm, "ToolCall-v0", 3, batch_size=3)[0]["template"] == "all"

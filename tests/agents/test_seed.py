@@ -93,6 +93,33 @@ def test_analyst_replay_draws_oracle_episodes_from_oracle_tasks_per_env(tiny_lm)
         AnalystConfig(oracle_tasks_per_env=0)
 
 
+def test_skill_replay_puts_the_explainers_workflow_before_the_oracle_episode(tiny_lm):
+    import numpy as np
+
+    from rehearsal_gym.analyst import analyst_path, oracle_replay
+    from rehearsal_gym.demos import agent_sequence, record_oracle_episodes
+
+    tasks = range(5)
+    plain = [agent_sequence(tiny_lm, d) for d in record_oracle_episodes("Finance-v0", tasks)]
+    assert oracle_replay(tiny_lm, "Finance-v0", tasks, 0.0, np.random.default_rng(0)) == plain
+    hinted = oracle_replay(tiny_lm, "Finance-v0", tasks, 1.0, np.random.default_rng(0))
+    skill_id = tiny_lm.role_ids["skill"]
+    for (ids, mask), (plain_ids, plain_mask) in zip(hinted, plain, strict=True):
+        n = len(ids) - len(plain_ids)
+        assert ids[0] == skill_id and ids[n:] == plain_ids and mask == [0] * n + plain_mask
+        assert tiny_lm.decode(ids[1 : n - 1]).startswith("Do: ")  # a successful oracle: its workflow
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="skill_replay_fraction"):
+            AnalystConfig(skill_replay_fraction=bad)
+    # configs without the field keep their cache keys (and their cached analysts)
+    assert analyst_path(tiny_lm, AnalystConfig()) == analyst_path(
+        tiny_lm, AnalystConfig(skill_replay_fraction=0)
+    )
+    assert analyst_path(tiny_lm, AnalystConfig()) != analyst_path(
+        tiny_lm, AnalystConfig(skill_replay_fraction=0.5)
+    )
+
+
 def test_analyse_returns_a_skill_or_none_per_episode(tiny_lm):
     trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
     episodes, _ = trainer.collect()
