@@ -14,6 +14,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -94,6 +95,10 @@ class PPOConfig:
     # train_env_role=False); 0 = `temperature`. A cooler world writes fewer unusable results but
     # shows fewer distinct values (README: ToolCall's frozen world at 0.1 never says Tuesday)
     world_temperature: float = 0.0
+    # local model directory of the frozen world (rehearsal_world="frozen"); "" = the frozen reference.
+    # A world grounded on real results (`rehearsal-gym ground-world`) shows the values the real tool
+    # returns as often as it does; the policy still starts from, and is held near, its own reference
+    world_model: str = ""
     skill_hints: bool = (
         False  # SEED re-scoring with the env's oracle hint as the skill (info["hint"] channel)
     )
@@ -153,6 +158,17 @@ class PPOConfig:
                 "PPOConfig.rehearsal_world='frozen' runs in-process only (rollout_workers=0): Ray workers "
                 "hold the policy's weights, not the reference's"
             )
+        if self.world_model:
+            if self.rehearsal_world != "frozen" or self.rehearse == "off":
+                raise ValueError(
+                    "PPOConfig.world_model is the frozen world's model: it needs rehearse != 'off' and "
+                    f"rehearsal_world='frozen', got rehearse={self.rehearse!r}, "
+                    f"rehearsal_world={self.rehearsal_world!r}"
+                )
+            if not (Path(self.world_model) / "config.json").is_file():
+                raise ValueError(
+                    f"PPOConfig.world_model {self.world_model!r} is not a model directory (no config.json)"
+                )
         if self.grounding_coef and self.rehearse != "wrap":
             raise ValueError(
                 "PPOConfig.grounding_coef needs rehearse='wrap' (the only mode where a call has both an "
@@ -309,6 +325,8 @@ class PPOTrainer:
         else:
             # a frozen world shares the reference module: a resumed trainer loads its weights in place
             world = LM(self.ref, lm.tokenizer) if config.rehearsal_world == "frozen" else lm
+            if config.world_model and config.rehearse != "off":
+                world = load_world(config.world_model, lm)
             self.envs = make_train_envs(config, world, config.tasks_per_iter * config.group_size)
             self.rollouts = None
         self.last_versions: list[int] = []  # policy version each episode of the last round was sampled with
@@ -673,6 +691,16 @@ class PPOTrainer:
         if "curriculum" in state:  # checkpoints from before the curriculum sampled uniformly
             trainer.curriculum.load_dict(state["curriculum"])
         return trainer
+
+
+def load_world(path: str, lm: LM) -> LM:
+    """The frozen world model at `path`; it must share `lm`'s tokenizer (the envs pass it token ids)."""
+    world = LM.load(path)
+    if world.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
+        raise ValueError(f"world model {path} has another tokenizer than the policy")
+    for p in world.model.parameters():
+        p.requires_grad_(False)
+    return world
 
 
 def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:

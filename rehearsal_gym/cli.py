@@ -285,6 +285,38 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ground_world(args: argparse.Namespace) -> int:
+    """Ground a frozen world on real tool results (environment role only); train --world-model uses it."""
+    from .warmstart import ground_world
+
+    out = Path(args.out)
+    if (out / "config.json").is_file() and not args.overwrite:
+        raise ValueError(f"{out} already holds a model; pass --overwrite to replace it")
+    if args.first_task < 0:
+        raise ValueError(f"--first-task must be >= 0, got {args.first_task}")
+    lm = _model(args)
+    tasks = range(args.first_task, args.first_task + args.tasks)
+    losses = ground_world(
+        lm, args.envs, tasks, args.steps, lr=args.lr, seed=args.seed, progress=not args.quiet
+    )
+    lm.save(out)  # atomic: all or nothing
+    (out / "ground_world.json").write_text(
+        json.dumps(
+            {
+                "envs": args.envs,
+                "tasks": [tasks.start, tasks.stop],
+                "steps": args.steps,
+                "lr": args.lr,
+                "seed": args.seed,
+                "losses": losses,
+            }
+        )
+    )
+    first, last = np.mean(losses[:20]), np.mean(losses[-20:])
+    print(f"grounded world written to {out} (environment-role loss {first:.3f} -> {last:.3f})")
+    return 0
+
+
 def cmd_rehearse(args: argparse.Namespace) -> int:
     """Held-out success with private rehearsal budgets N (rehearsed candidates per real action)."""
     from .planner import RehearsalConfig, planner_success
@@ -426,6 +458,18 @@ def build_parser() -> argparse.ArgumentParser:
     fi.add_argument("--by-template", action="store_true", help="also one row per task template")
     fi.add_argument("--quiet", action="store_true")
     fi.set_defaults(func=cmd_fidelity)
+    gw = sub.add_parser("ground-world", help=cmd_ground_world.__doc__)
+    gw.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
+    gw.add_argument("--envs", nargs="+", default=["ToolCall-v0"], choices=REAL_ENV_IDS)
+    gw.add_argument("--first-task", type=int, default=10000, help="first train task of the real results")
+    gw.add_argument("--tasks", type=int, default=2000, help="train tasks per env (oracle runs)")
+    gw.add_argument("--steps", type=int, default=300)
+    gw.add_argument("--lr", type=float, default=3e-4)
+    gw.add_argument("--seed", type=int, default=0)
+    gw.add_argument("--out", required=True, help="directory of the grounded world model")
+    gw.add_argument("--overwrite", action="store_true")
+    gw.add_argument("--quiet", action="store_true")
+    gw.set_defaults(func=cmd_ground_world)
     re_ = sub.add_parser("rehearse", help=cmd_rehearse.__doc__)
     re_.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
     re_.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)

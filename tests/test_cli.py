@@ -246,3 +246,21 @@ def test_eval_rejects_bad_input(tmp_path):
     assert out.returncode != 0 and "names 'x' twice" in out.stderr
     out = subprocess.run(base + ["--envs", "Finance-v0", "--tasks", "1"], capture_output=True, text=True)
     assert out.returncode != 0 and "is not a model directory" in out.stderr
+
+
+def test_ground_world_writes_a_world_model_and_keeps_an_existing_one(tiny_lm, tmp_path):
+    tiny_lm.save(tmp_path / "model")
+    cmd = [sys.executable, "-m", "rehearsal_gym.cli", "ground-world", "--model", str(tmp_path / "model")]
+    cmd += ["--tasks", "4", "--first-task", "20", "--steps", "3", "--out", str(tmp_path / "world"), "--quiet"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "grounded world written to" in out.stdout
+    record = json.loads((tmp_path / "world" / "ground_world.json").read_text())
+    assert record["tasks"] == [20, 24] and record["envs"] == ["ToolCall-v0"] and len(record["losses"]) == 3
+    weights = (tmp_path / "world" / "model.safetensors").read_bytes()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2 and "--overwrite" in out.stderr
+    assert (tmp_path / "world" / "model.safetensors").read_bytes() == weights  # nothing lost
+    bad = [*cmd[:-2], str(tmp_path / "w2"), "--first-task", "-1"]
+    out = subprocess.run(bad, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2 and "--first-task must be >= 0" in out.stderr

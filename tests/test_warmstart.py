@@ -18,7 +18,9 @@ from rehearsal_gym.demos import (
 from rehearsal_gym.model import LM, LMConfig
 from rehearsal_gym.warmstart import (
     WarmStartConfig,
+    _batch,
     drill_accuracy,
+    ground_world,
     main_phase_config,
     masked_lm_loss,
     polish,
@@ -332,3 +334,45 @@ def test_build_examples_draws_drills_first_so_cached_configs_keep_their_data(tin
     _, drills = build_examples(tiny_lm, config)
     demos = record_oracle_episodes("Retail-v0", range(6))
     assert drills == copy_drills(tiny_lm, demos, 10, np.random.default_rng(config.seed))
+
+
+def test_ground_world_fits_the_environment_role_to_real_results(tiny_lm):
+    """ground_world trains next-result prediction alone: one sequence per oracle call, and the
+    environment-role loss on those real results falls."""
+    lm = copy.deepcopy(tiny_lm)
+    tasks = range(100, 108)
+    demos = record_oracle_episodes("ToolCall-v0", tasks)
+    bank, rng = result_bank(demos), np.random.default_rng(0)
+    held = [env_role_sequence(lm, p, r) for d in demos for p, r in env_role_prompts(d, bank, rng, k=2)]
+
+    def env_role_loss() -> float:
+        with torch.no_grad():
+            ids, attn, mask = _batch(held, range(len(held)), lm.pad_id)
+            return masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, mask).item()
+
+    before, logs = env_role_loss(), []
+    losses = ground_world(
+        lm, ["ToolCall-v0"], tasks, 40, lr=3e-3, batch_size=4, progress=False, log=logs.append
+    )
+    assert len(losses) == 40 and all(np.isfinite(losses))
+    assert logs == [
+        f"ground world: {sum(len(d.call_turns) for d in demos)} environment-role sequences of real results"
+    ]
+    assert env_role_loss() < before - 0.5
+    assert not lm.model.training
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(env_ids=[]), "at least one env"),
+        (dict(steps=0), "steps"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(lr=float("nan")), "lr"),
+        (dict(tasks=range(5, 5)), "at least one task"),
+    ],
+)
+def test_ground_world_rejects_bad_arguments(tiny_lm, kwargs, match):
+    args = dict(env_ids=["ToolCall-v0"], tasks=range(0, 2), steps=1) | kwargs
+    with pytest.raises(ValueError, match=match):
+        ground_world(tiny_lm, progress=False, **args)

@@ -378,3 +378,50 @@ def test_premise_redraws_reach_the_envs_and_the_log(tiny_lm):
     episodes[1].infos += [{"premise_kept": False, "premise_redraws": 2}]
     assert _mean_info(episodes, "premise_kept") == 0.5 and _mean_info(episodes, "premise_redraws") == 1.0
     assert _mean_info(episodes[:0], "premise_kept") != _mean_info(episodes[:0], "premise_kept")  # NaN
+
+
+def test_world_model_is_the_frozen_world_of_a_rehearsed_run(tiny_lm, tmp_path):
+    """--world-model: SelfSimEnv imagines with that model (frozen), the policy starts from its own
+    weights and is held near them; a resumed trainer loads the same world again."""
+    from rehearsal_gym.model import LMConfig
+
+    world = LM.new(
+        tiny_lm.tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=7
+    )
+    world.save(tmp_path / "world")
+    frozen = dict(TINY, rehearse="replace", rehearsal_world="frozen", train_env_role=False)
+    config = PPOConfig(**frozen, world_model=str(tmp_path / "world"))
+    trainer = PPOTrainer(config, fresh(tiny_lm))
+    env_lm = trainer.envs[0].lm
+    assert all(env.lm is env_lm for env in trainer.envs)
+    assert env_lm.model is not trainer.ref and env_lm.model is not trainer.lm.model
+    for name, p in env_lm.model.named_parameters():
+        assert torch.equal(p, world.model.state_dict()[name]) and not p.requires_grad
+    trainer.train_iteration()
+    assert trainer.history[-1]["iteration"] == 1
+    for name, p in env_lm.model.named_parameters():  # the world stays as it was
+        assert torch.equal(p, world.model.state_dict()[name])
+    trainer.save(tmp_path / "ckpt")
+    resumed = PPOTrainer.load(tmp_path / "ckpt")
+    assert resumed.config.world_model == str(tmp_path / "world")
+    for name, p in resumed.envs[0].lm.model.named_parameters():
+        assert torch.equal(p, world.model.state_dict()[name])
+
+
+def test_world_model_is_validated(tiny_lm, tmp_path):
+    from rehearsal_gym.model import LMConfig
+    from rehearsal_gym.tokenizer import train_tokenizer
+
+    frozen = dict(rehearse="replace", rehearsal_world="frozen", train_env_role=False)
+    with pytest.raises(ValueError, match="world_model.*not a model directory"):
+        PPOConfig(**frozen, world_model=str(tmp_path / "missing"))
+    tiny_lm.save(tmp_path / "world")
+    for other in (dict(), dict(rehearse="replace", train_env_role=False)):  # real env; EnvACE world
+        with pytest.raises(ValueError, match="world_model.*rehearsal_world='frozen'"):
+            PPOConfig(**other, world_model=str(tmp_path / "world"))
+    other_tokenizer = train_tokenizer(['CALL add {"a": 1}', "ANSWER 2"] * 50, vocab_size=300)
+    LM.new(other_tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)).save(
+        tmp_path / "alien"
+    )
+    with pytest.raises(ValueError, match="another tokenizer"):
+        PPOTrainer(PPOConfig(**TINY, **frozen, world_model=str(tmp_path / "alien")), fresh(tiny_lm))
