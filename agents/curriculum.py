@@ -1,10 +1,9 @@
 """Template curriculum: spend a round's task groups where the group's outcomes can differ.
 
 With a group baseline, a task whose samples all succeed (or all fail) has zero advantage: its
-rollouts cost time and teach nothing but the KL term. On a family the policy mostly solves (Finance
-on the long-polish warm start: four templates at 100%, sell_all at 78%) almost every group is such a
-task. `TemplateCurriculum` keeps a decayed success count per template from the trainer's own
-rollouts and weights templates by the Bernoulli variance p(1 - p) of their success (plus a floor, so
+rollouts cost time and teach nothing but the KL term. On a family the policy mostly solves (most
+templates solved every time, one not) almost every group is such a task. `TemplateCurriculum`
+keeps a decayed success count per template from the trainer's own rollouts and weights templates by the Bernoulli variance p(1 - p) of their success (plus a floor, so
 no template is ever dropped and a forgotten one is seen again); `draw_tasks` then picks each round's
 train tasks template first. The same idea as prioritised level replay's score over levels, with
 the group's outcome variance as the score.

@@ -72,13 +72,12 @@ class PPOConfig:
     # "uniform" over train tasks, or "template-variance": a template curriculum that weights each
     # template by p(1 - p) of its recent train success + curriculum_floor (agents/curriculum.py)
     task_sampling: str = "uniform"
-    curriculum_floor: float = 0.02
+    curriculum_floor: float = 0.02  # template-variance: weight added to every template, so none starves
     epochs: int = 2  # passes over each round's sequences
     minibatch_size: int = 8  # sequences per optimizer step
     lr: float = 2e-5  # AdamW learning rate (a tiny model drifts fast: keep it small)
-    warmup_iterations: int = (
-        0  # linear learning-rate warm-up over the first iterations (Adam's first steps are its largest)
-    )
+    # linear learning-rate warm-up over the first iterations (Adam's first steps are its largest)
+    warmup_iterations: int = 0
     clip: float = 0.2  # PPO ratio clip
     # stop an iteration's updates once approx KL(sampling policy || policy) on a minibatch exceeds
     # 1.5 * target_kl, before that minibatch's step (stable-baselines3's rule; the round's grounding
@@ -93,7 +92,7 @@ class PPOConfig:
     temperature: float = 1.0  # sampling temperature of both roles
     # sampling temperature of the environment role when it is not trained (frozen world, or
     # train_env_role=False); 0 = `temperature`. A cooler world writes fewer unusable results but
-    # shows fewer distinct values (README: ToolCall's frozen world at 0.1 never says Tuesday)
+    # shows fewer distinct values (a rare real value may never appear)
     world_temperature: float = 0.0
     # local model directory of the frozen world (rehearsal_world="frozen"); "" = the frozen reference.
     # A world grounded on real results (`rehearsal-gym ground-world`) shows the values the real tool
@@ -117,12 +116,10 @@ class PPOConfig:
     lam: float = 0.95  # GAE lambda
     vf_coef: float = 0.5  # value loss weight (gae only)
     max_turns: int = 6  # env turn limit
-    rollout_workers: int = (
-        0  # 0: roll out in this process; N: on N Ray actors (pip install rehearsal-gym[ray])
-    )
-    ray_address: str = (
-        ""  # "" starts a local Ray cluster; else an existing cluster's address ("auto", "ray://h:10001")
-    )
+    # 0: roll out in this process; N: on N Ray actors (pip install rehearsal-gym[ray])
+    rollout_workers: int = 0
+    # "" starts a local Ray cluster; else an existing cluster's address ("auto", "ray://h:10001")
+    ray_address: str = ""
     rollout_timeout_s: float = 600.0  # a worker silent this long is replaced and its episodes re-run
     seed: int = 0  # task draw, sampling, minibatch order
 

@@ -34,11 +34,13 @@ def train(
     progress: bool = True,
     log=print,
     analyst: AnalystConfig | None = None,
+    before: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run PPO for `config.iterations` rounds; held-out success (real env) before and after.
 
     With `config.seed_distill` the model first takes SEED's analyst warm start under `analyst`
-    (default `AnalystConfig()`; cached per weights and config)."""
+    (default `AnalystConfig()`; cached per weights and config). `before`: an evaluation of `lm`
+    on the same `eval_tasks` made already (`rollout.evaluate`), reused instead of run again."""
     out = Path(out)
     ckpt = recover(out / "checkpoint")
     if resume and (ckpt / "trainer_state.json").is_file():
@@ -51,7 +53,13 @@ def train(
 
             lm = load_or_train_analyst(lm, analyst, progress=progress, log=log)
         trainer = PPOTrainer(config, lm)
-        before = evaluate(trainer.lm, config.env, eval_tasks)
+        if before is None or config.seed_distill:  # SEED's start is the analyst, not `lm`
+            before = evaluate(trainer.lm, config.env, eval_tasks)
+        elif before.get("env") != config.env or before.get("n") != eval_tasks or before.get("first_task", 0):
+            raise ValueError(
+                f"before= must be an evaluation of {eval_tasks} tasks of {config.env} from task 0, "
+                f"got {before.get('n')} tasks of {before.get('env')} from {before.get('first_task')}"
+            )
         out.mkdir(parents=True, exist_ok=True)
         (out / "before.json").write_text(json.dumps(before))
     log(f"{config.env}: held-out success before PPO {before['success']:.1%} ({before['n']} tasks)")

@@ -1,4 +1,4 @@
-"""The PPO table of the README: warm start vs PPO real vs PPO rehearsed vs PPO + SEED, per env and seed.
+"""The PPO tables of docs/results.md: start vs PPO real vs PPO rehearsed vs PPO + SEED, per env and seed.
 
 Runs `rehearsal-gym train` once per (env, setting, seed) into OUT/<env>_<setting>_s<seed>/ (a run whose
 result.json exists is skipped, so a killed table resumes where it stopped), then writes OUT/ppo_runs.csv
@@ -7,7 +7,7 @@ per env: the warm start and the mean over seeds of each setting, with the gain o
 Before and after are evaluated on the same tasks, so each run also reports how many tasks it gained
 and lost and the exact sign test's p-value (the chance of a split this uneven if PPO changed nothing).
 The test conditions on the tasks drawn, so evaluate on many (default 1000): on 300 tasks a policy that
-only shifts a constant answer towards the sample's most common value looked like a gain (see README).
+only shifts a constant answer towards the sample's most common value looked like a gain.
 
     python benchmarks/ppo_table.py --out runs/ppo_table                       # full table (~3.5 h on 2 cores)
     python benchmarks/ppo_table.py --envs ToolCall-v0 --settings real --seeds 0   # one run (~5 min)
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.report import write_table
+from rehearsal_gym.report import seed_tables, write_table
 
 COMMON = (
     "--lr 1e-4 --negative-weight 0 --temperature 0.7 --tasks-per-iter 16 --group-size 8 "
@@ -88,42 +88,6 @@ def run_one(
     return json.loads(result.read_text())
 
 
-def _p(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else "<0.001"
-
-
-def tables(results: dict[tuple[str, str, int], dict]) -> tuple[list[dict], list[dict]]:
-    """Per-run rows and per-env summary rows (means over seeds) from {(env, setting, seed): result}."""
-    runs = [
-        {
-            "env": env,
-            "setting": setting,
-            "seed": seed,
-            "tasks": r["tasks"],
-            "before": r["before"],
-            "after": r["after"],
-            "gain (points)": f"{100 * (r['after'] - r['before']):+.1f}",
-            "tasks gained / lost": f"{r['gained']} / {r['lost']}" if "gained" in r else "-",
-            "sign test p": _p(r["p_value"]) if "p_value" in r else "-",
-        }
-        for (env, setting, seed), r in sorted(results.items())
-    ]
-    summary = []
-    for env in sorted({k[0] for k in results}):
-        warm = [r["before"] for (e, s, _), r in results.items() if e == env and s != "seed"]
-        row: dict[str, object] = {"env": env, "warm start": sum(warm) / len(warm) if warm else "-"}
-        for setting, column in COLUMNS.items():
-            got = [r for (e, s, _), r in results.items() if e == env and s == setting]
-            if not got:
-                row[column] = "-"
-                continue
-            after = sum(r["after"] for r in got) / len(got)
-            gain = sum(r["after"] - r["before"] for r in got) / len(got)
-            row[column] = f"{after:.1%} ({100 * gain:+.1f}, {len(got)} seed{'s' * (len(got) > 1)})"
-        summary.append(row)
-    return runs, summary
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -138,9 +102,7 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--eval-tasks", type=int, default=1000)
     parser.add_argument("--out", default="runs/ppo_table")
-    parser.add_argument(
-        "--model", default=None, help="local model directory (default: the cached warm start)"
-    )
+    parser.add_argument("--model", default=None, help="local model directory (default: the embedded default)")
     parser.add_argument(
         "--train-args",
         default="",
@@ -167,7 +129,7 @@ def main() -> int:
     if not results:
         print(f"no finished runs under {out}", file=sys.stderr)
         return 1
-    runs, summary = tables(results)
+    runs, summary = seed_tables(results, COLUMNS)
     write_table(runs, out, "ppo_runs")
     print(write_table(summary, out, "ppo_table"))
     print(f"\nwrote {out}/ppo_table.md, ppo_table.csv, ppo_runs.md, ppo_runs.csv")

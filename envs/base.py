@@ -236,9 +236,11 @@ def to_observation(text: str) -> str:
     """Make text fit the observation space: ASCII-escaped and at most MAX_OBS_CHARS long."""
     text = text.encode("ascii", "backslashreplace").decode("ascii")
     text = "".join(c if c in CHARSET else " " for c in text)
-    if len(text) > MAX_OBS_CHARS:
-        marker = f" ...[cut {len(text) - MAX_OBS_CHARS + 40} chars]"
-        text = text[: MAX_OBS_CHARS - len(marker)] + marker
+    if len(text) > MAX_OBS_CHARS:  # keep a prefix, and say exactly how many characters were cut
+        keep = MAX_OBS_CHARS
+        while keep + len(marker := f" ...[cut {len(text) - keep} chars]") > MAX_OBS_CHARS:
+            keep = MAX_OBS_CHARS - len(marker)
+        text = text[:keep] + marker
     return text or " "
 
 

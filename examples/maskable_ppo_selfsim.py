@@ -21,7 +21,7 @@ parser.add_argument("--steps", type=int, default=1024)
 parser.add_argument("--eval-tasks", type=int, default=10)
 args = parser.parse_args()
 
-lm, _ = default_lm()
+lm = default_lm()
 rehearsal = SelfSimEnv(args.env, model=lm, mode="replace", split="train", max_result_tokens=96)
 env = TokenEnv(rehearsal, lm)
 model = MaskablePPO(

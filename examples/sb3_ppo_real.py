@@ -2,8 +2,7 @@
 
     python examples/sb3_ppo_real.py --env ToolCall-v0 --steps 1024
 
-The policy is the embedded default model (the cached warm start when `rehearsal-gym warmstart`
-has run, else an untrained model); SB3 trains its weights directly.
+The policy is the embedded default model (shipped trained); SB3 trains its weights directly.
 """
 
 import argparse
@@ -20,7 +19,7 @@ parser.add_argument("--steps", type=int, default=1024)
 parser.add_argument("--eval-tasks", type=int, default=10)
 args = parser.parse_args()
 
-lm, warm = default_lm()
+lm = default_lm()
 env = TokenEnv(args.env, lm, env_kwargs={"split": "train"})
 model = PPO(
     LMPolicy,
@@ -32,9 +31,7 @@ model = PPO(
     learning_rate=1e-5,
     seed=0,
 )
-print(
-    f"warm-started model: {warm}; held-out success before: {evaluate_success(model, args.env, args.eval_tasks, tokenizer=lm):.0%}"
-)
+print(f"held-out success before: {evaluate_success(model, args.env, args.eval_tasks, tokenizer=lm):.0%}")
 model.learn(args.steps, progress_bar=True)
 print(
     f"held-out success after {args.steps} token steps: {evaluate_success(model, args.env, args.eval_tasks, tokenizer=lm):.0%}"

@@ -23,7 +23,7 @@ parser.add_argument("--world", choices=["real", "rehearsed"], default="real")
 parser.add_argument("--steps", type=int, default=512)
 args = parser.parse_args()
 
-lm, _ = default_lm()
+lm = default_lm()
 if args.world == "real":
     text_env = gym.make(args.env, split="train")
 else:

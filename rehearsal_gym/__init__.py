@@ -1,7 +1,8 @@
 """rehearsal-gym: real tool environments and the policy's world-rehearsal role as Gymnasium envs.
 
 Importing the package registers the real tool envs ``ToolCall-v0``, ``Retail-v0``, ``Finance-v0``
-and the world-rehearsal env ``SelfSim-v0``.
+and the world-rehearsal env ``SelfSim-v0``. ``rehearsal_gym.default_lm()`` loads the shipped default
+model and ``rehearsal_gym.LM`` any other.
 """
 
 from __future__ import annotations
@@ -24,3 +25,19 @@ def _register() -> None:
 
 
 _register()
+
+
+def __getattr__(name: str):
+    # the model code imports torch and transformers: loaded on first use, not on `import rehearsal_gym`
+    if name == "default_lm":
+        from .defaults import default_lm
+
+        return default_lm
+    if name == "LM":
+        from .model import LM
+
+        return LM
+    raise AttributeError(f"module 'rehearsal_gym' has no attribute {name!r}")
+
+
+__all__ = ["LM", "default_lm"]

@@ -35,19 +35,17 @@ class AnalystConfig:
     samples_per_task: int = 2  # sampled episodes per task (temperature 1: successes and failures)
     oracle_fraction: float = 1.0  # agent-role oracle episodes mixed in, per analyst example
     # train tasks the oracle episodes are drawn from (None = the analysed tasks): more tasks than
-    # analyses makes the agent-role replay mostly new episodes instead of epochs over a few. With
-    # 400 steps over the analysed tasks' own oracle episodes (the first default) the analyst had not
-    # learned its labels (label NLL 0.3-0.7 per token) and the agent lost 13 points on ToolCall;
-    # see benchmarks/analyst_quality.py and the README's analyst rows
+    # analyses makes the agent-role replay mostly new episodes instead of epochs over a few, so the
+    # analyst learns its labels without forgetting how to act (docs/results.md, SEED)
     oracle_tasks_per_env: int | None = 2000
     # share of the oracle replay shown with the explainer's skill for it as a ``<|skill|>`` turn
     # before the conversation (where SEED's teacher puts it), so the agent learns to read a skill
     # before its skill-conditioned log-probs become a distillation target; 0 = none
     skill_replay_fraction: float = 0.0
-    steps: int = 2000
-    batch_size: int = 16
-    lr: float = 1e-3
-    seed: int = 0
+    steps: int = 2000  # optimizer steps of the analyst warm start
+    batch_size: int = 16  # sequences per step
+    lr: float = 1e-3  # peak learning rate (cosine decay to 10%)
+    seed: int = 0  # episode sampling, data order
 
     def __post_init__(self) -> None:
         for name in ("tasks_per_env", "samples_per_task", "steps", "batch_size"):

@@ -1,4 +1,6 @@
-"""Command line: ``rehearsal-gym demo | warmstart | eval | fidelity | rehearse | train``."""
+"""rehearsal-gym: real tool envs, the model's rehearsal of them (SelfSim-v0), and PPO + SEED on both.
+
+Start with `rehearsal-gym demo`; `rehearsal-gym COMMAND --help` lists a command's options."""
 
 from __future__ import annotations
 
@@ -6,163 +8,120 @@ import argparse
 import dataclasses
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 
 from .defaults import REAL_ENV_IDS
 
-# the demo's PPO run (see README "Measured results" for how these were chosen)
-DEMO_PPO = {
-    "env": "ToolCall-v0",
-    "iterations": 30,
-    "tasks_per_iter": 16,
-    "group_size": 8,
-    "minibatch_size": 32,
-    "lr": 1e-4,
-    "temperature": 0.7,
-    "negative_weight": 0.0,
-}
-
-
-def _oracle_policy():
-    state: dict = {}
-
-    def act(env, obs):
-        base = env.unwrapped
-        if state.get("task") is not base.task:
-            state.update(task=base.task, turns=iter(base.oracle_turns()))
-        return next(state["turns"])
-
-    return act
-
-
-def _random_policy(seed: int):
-    from .rollout import random_turn
-
-    rng = np.random.default_rng(seed)
-    return lambda env, obs: random_turn(env.unwrapped.tools, rng)
-
-
-def _warm_config(**overrides):
-    """WarmStartConfig with the CLI options that were given (None keeps the default)."""
-    from .warmstart import WarmStartConfig
-
-    return WarmStartConfig(**{k: v for k, v in overrides.items() if v is not None})
-
 
 def _model(args: argparse.Namespace):
-    """The model of --model (a local directory), else the cached warm start (trained if missing)."""
-    from .model import LM
-    from .warmstart import load_or_train
+    """The model of --model (a local directory), else the embedded default (shipped trained)."""
+    from .defaults import resolve_lm
+
+    return resolve_lm(getattr(args, "model", None))
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    from .defaults import SHIPPED_DEFAULT, default_model_dir
 
     if getattr(args, "model", None):
-        return LM.load(args.model)
-    return load_or_train(_warm_config(steps=getattr(args, "steps", None)), progress=not args.quiet)
+        return args.model
+    path = default_model_dir()
+    return "the shipped default" if path == SHIPPED_DEFAULT else f"the installed default ({path})"
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Oracle, random policy and the warm-started default model on held-out tasks, then a short PPO run."""
-    from .report import write_table
-    from .rollout import evaluate, run_text_policy
+    """Oracle, random policy and the default model on held-out tasks; then the same short PPO run in
+    the real env and in SelfSim-v0, both evaluated in the real env (a few minutes on 2 CPU cores)."""
+    from .demo import run_demo
 
-    lm = None if args.no_model else _model(args)
-    rows = []
-    for env_id in args.envs:
-        env = gym.make(env_id, split="test")
-        row: dict[str, object] = {"env": env_id, "tasks": args.tasks}
-        row["oracle"] = run_text_policy(env, _oracle_policy(), args.tasks)
-        row["random"] = run_text_policy(env, _random_policy(args.seed), args.tasks)
-        if lm is not None:
-            row["warm-start model"] = evaluate(lm, env_id, args.tasks)["success"]
-        rows.append(row)
-    print("\nHeld-out (test split) success rate\n")
-    print(write_table(rows, Path(args.out), "demo"))
-    print(f"\nwritten: {args.out}/demo.csv, {args.out}/demo.md")
-    if lm is not None and args.ppo_iterations > 0:
-        _demo_ppo(lm, args)
+    run_demo(
+        _model(args),
+        model_name=_model_name(args),
+        envs=tuple(args.envs),
+        tasks=args.tasks,
+        swap_env=args.swap_env,
+        iterations=args.iterations,
+        eval_tasks=args.eval_tasks,
+        fidelity_tasks=args.fidelity_tasks,
+        seed=args.seed,
+        out=args.out,
+        progress=not args.quiet,
+    )
     return 0
-
-
-def _demo_ppo(lm, args: argparse.Namespace) -> None:
-    """The short PPO run of the demo: warm start -> PPO in the real env, held-out before/after."""
-    from .agents.ppo import PPOConfig
-    from .agents.train import train
-
-    config = PPOConfig(
-        **{**DEMO_PPO, "env": args.ppo_env, "iterations": args.ppo_iterations, "seed": args.seed}
-    )
-    out = Path(args.out) / "ppo"
-    print(
-        f"\nPPO on {config.env} ({config.iterations} iterations of {config.tasks_per_iter} tasks x "
-        f"{config.group_size} samples, lr {config.lr:g}, temperature {config.temperature:g})\n"
-    )
-    result = train(config, lm, out, eval_tasks=args.ppo_eval_tasks, progress=not args.quiet)
-    print(
-        f"\n{config.env} held-out success: warm start {result['before']:.1%} -> after PPO {result['after']:.1%}"
-        f" ({result['tasks']} tasks)"
-    )
-    print(
-        f"the same tasks, one by one: {result['gained']} gained, {result['lost']} lost "
-        f"(sign test p = {result['p_value']:.3f}: the chance of a split this uneven if PPO changed nothing)"
-    )
-    print(f"written: {out}/progress.csv, {out}/learning_curve.png, {out}/result.json, {out}/tb/")
 
 
 def _warmstart_command_config(args: argparse.Namespace):
     """The WarmStartConfig of `rehearsal-gym warmstart`'s options (None keeps a default)."""
-    return _warm_config(
-        steps=args.steps,
-        tasks_per_env=args.tasks_per_env,
-        seed=args.seed,
-        polish_steps=args.polish_steps,
-        polish_tasks_per_env=args.polish_tasks_per_env,
-        polish_envs=tuple(args.polish_envs) if args.polish_envs else None,
-        polish_env_tasks=tuple(args.polish_env_tasks) if args.polish_env_tasks else None,
-    )
+    from .warmstart import WarmStartConfig
+
+    overrides = {
+        "steps": args.steps,
+        "tasks_per_env": args.tasks_per_env,
+        "seed": args.seed,
+        "polish_steps": args.polish_steps,
+        "polish_tasks_per_env": args.polish_tasks_per_env,
+        "polish_envs": tuple(args.polish_envs) if args.polish_envs else None,
+        "polish_env_tasks": tuple(args.polish_env_tasks) if args.polish_env_tasks else None,
+    }
+    return WarmStartConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def cmd_warmstart(args: argparse.Namespace) -> int:
-    """Train the warm start (replacing its cache) and report held-out success per family."""
+    """Train the default model from scratch (the one command that trains it; about an hour on 2 CPU
+    cores), report held-out success per family and save it with a manifest."""
+    import shutil
+
+    from .defaults import installed_default_dir
     from .report import plot_curve, write_table
     from .rollout import evaluate
-    from .warmstart import polish_cached_main_phase, save_warm_start, train_warm_start, warm_start_path
+    from .warmstart import (
+        polish_cached_main_phase,
+        save_warm_start,
+        train_warm_start,
+        warm_start_path,
+        write_manifest,
+    )
 
     config = _warmstart_command_config(args)
     if args.reuse_main_phase and not config.polish_steps:
-        print(
-            "error: --reuse-main-phase needs --polish-steps > 0 (there is no polish to run)", file=sys.stderr
-        )
-        return 2
+        raise ValueError("--reuse-main-phase needs --polish-steps > 0 (there is no polish to run)")
+    save = Path(args.save) if args.save else warm_start_path(config)
     out = Path(args.out)
     t0 = time.time()
     if args.reuse_main_phase:
         lm, losses = polish_cached_main_phase(config, progress=not args.quiet)
     else:
         lm, losses = train_warm_start(config, progress=not args.quiet)
-    save_warm_start(lm, losses, warm_start_path(config))
     train_s = time.time() - t0
-    print(f"warm start saved: {warm_start_path(config)} (pass it as --model DIR to train / eval)")
     title = f"warm start: copy drills to step {config.drill_steps}, then episodes of both roles"
     if config.polish_steps:
         title += f", polish from step {config.drill_steps + config.steps}"
     plot_curve(losses, out / "warmstart_loss.png", title, "masked NLL")
-    rows = []
+    rows, held_out = [], {}
     for env_id in REAL_ENV_IDS:
         result = evaluate(lm, env_id, args.eval_tasks)
+        held_out[env_id] = {"tasks": result["n"], "success": result["success"]}
         rows.append({"env": env_id, "held-out tasks": result["n"], "success": result["success"]})
-        print(
-            f"{env_id}: {result['success']:.1%} of {result['n']} held-out tasks; per template {result['per_template']}"
-        )
+        print(f"{env_id}: {result['success']:.1%} of {result['n']} held-out tasks", flush=True)
+    save_warm_start(lm, losses, save)
+    command = "rehearsal-gym " + " ".join(shlex.quote(a) for a in args.argv)
+    write_manifest(save, lm, config, held_out, command)
+    print(f"\nsaved: {save} (use it with --model {save})")
+    if args.install:
+        installed = installed_default_dir()
+        lm.save(installed)  # atomic
+        shutil.copy2(save / "manifest.json", installed / "manifest.json")
+        print(f"installed as the default: {installed} (delete it to go back to the shipped default)")
     polish = f" + {config.polish_steps} polish steps" if config.polish_steps else ""
     print(
         f"\nwarm start: {config.steps} steps{polish} in {train_s:.0f}s, final loss {np.mean(losses[-20:]):.3f}\n"
     )
     print(write_table(rows, out, "warmstart"))
-    (out / "warmstart_config.json").write_text(json.dumps({"key": config.key(), "steps": config.steps}))
     print(f"\nwritten: {out}/warmstart.csv, {out}/warmstart.md, {out}/warmstart_loss.png")
     return 0
 
@@ -170,10 +129,10 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Held-out success of models as agent in the real envs, side by side on the same tasks: each
     model's tasks gained and lost against the first, with a sign test."""
+    from .defaults import default_lm
     from .model import LM
     from .report import comparison_rows, write_table
     from .rollout import evaluate
-    from .warmstart import load_or_train
 
     if args.tasks < 1:
         raise SystemExit(f"--tasks must be >= 1, got {args.tasks}")
@@ -193,11 +152,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     models = {}
     for name, path in paths.items():
         try:
-            models[name] = (
-                load_or_train(_warm_config(), progress=not args.quiet)
-                if path == "warm-start"
-                else LM.load(path)
-            )
+            models[name] = default_lm() if path == "default" else LM.load(path)
         except (FileNotFoundError, OSError) as e:
             raise SystemExit(f"--model {name}: {e}") from None
     for env_id in args.envs:
@@ -338,7 +293,8 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """PPO on the warm-started default (or --model), real or rehearsed; held-out success before/after."""
+    """PPO from the default model (or --model) in the real env or in SelfSim-v0 (--rehearse); held-out
+    success in the real env before and after."""
     from .agents.ppo import PPOConfig
     from .agents.train import train
     from .analyst import analyst_config
@@ -360,42 +316,78 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where the help already says it, there is none, or the
+    option is a plain switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        no_default = action.default is None or isinstance(action.default, str) and not action.default
+        if no_default or isinstance(action, argparse._StoreTrueAction) or "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+MODEL_HELP = "local Hugging Face model directory (default: the embedded default, shipped trained)"
+
+
+def _common(cmd: argparse.ArgumentParser, out: str, model: bool = True) -> None:
+    """Options every command shares."""
+    if model:
+        cmd.add_argument("--model", default=None, help=MODEL_HELP)
+    cmd.add_argument("--out", default=out, help="directory for the result files (CSV, markdown, PNG)")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _envs(cmd: argparse.ArgumentParser, default=REAL_ENV_IDS, what: str = "real envs to run on") -> None:
+    cmd.add_argument("--envs", nargs="+", default=list(default), choices=REAL_ENV_IDS, help=what)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .fieldhelp import field_help
+
     parser = argparse.ArgumentParser(prog="rehearsal-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
-    demo.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
-    demo.add_argument("--tasks", type=int, default=100, help="held-out tasks per env")
-    demo.add_argument("--steps", type=int, default=None, help="warm-start steps (default: WarmStartConfig)")
-    demo.add_argument("--no-model", action="store_true", help="only oracle and random policy")
-    demo.add_argument("--ppo-env", default=DEMO_PPO["env"], choices=REAL_ENV_IDS, help="env of the PPO run")
+
+    def command(name: str, func) -> argparse.ArgumentParser:
+        doc = " ".join(func.__doc__.split())
+        cmd = sub.add_parser(name, help=doc, description=doc, formatter_class=_HelpFormatter)
+        cmd.set_defaults(func=func)
+        return cmd
+
+    demo = command("demo", cmd_demo)
+    _envs(demo, what="families of the held-out table")
+    demo.add_argument("--tasks", type=int, default=100, help="held-out tasks per family in the table")
     demo.add_argument(
-        "--ppo-iterations", type=int, default=DEMO_PPO["iterations"], help="PPO iterations (0 skips PPO)"
+        "--swap-env",
+        default="ToolCall-v0",
+        choices=REAL_ENV_IDS,
+        help="family of the real-vs-rehearsed PPO runs",
     )
+    demo.add_argument("--iterations", type=int, default=3, help="PPO iterations of each live run")
     demo.add_argument(
-        "--ppo-eval-tasks",
-        type=int,
-        default=1000,
-        help="held-out tasks before and after PPO (the paired test conditions on them: use many)",
+        "--eval-tasks", type=int, default=300, help="held-out tasks of the swap (before and after, the same)"
     )
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="runs/demo")
-    demo.add_argument("--quiet", action="store_true")
-    demo.set_defaults(func=cmd_demo)
-    ws = sub.add_parser("warmstart", help=cmd_warmstart.__doc__)
-    ws.add_argument("--steps", type=int, default=None)
-    ws.add_argument("--tasks-per-env", type=int, default=None)
+    demo.add_argument("--fidelity-tasks", type=int, default=16, help="held-out tasks of the fidelity line")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the PPO runs and the random policy")
+    _common(demo, "runs/demo")
+
+    ws = command("warmstart", cmd_warmstart)
+    ws.add_argument("--steps", type=int, default=None, help="main-phase steps (default: WarmStartConfig's)")
+    ws.add_argument(
+        "--tasks-per-env", type=int, default=None, help="oracle episodes per env (default: WarmStartConfig's)"
+    )
     ws.add_argument(
         "--polish-steps",
         type=int,
         default=None,
-        help="steps on fresh demos of both roles after the main phase (0: none)",
+        help="steps on fresh demos of both roles after the main phase, 0 = none (default: WarmStartConfig's)",
     )
     ws.add_argument(
         "--polish-tasks-per-env",
         type=int,
         default=None,
-        help="fresh train tasks per env whose oracle demos the polish trains on",
+        help="fresh train tasks per env whose oracle demos the polish trains on (default: WarmStartConfig's)",
     )
     ws.add_argument(
         "--polish-envs",
@@ -419,21 +411,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the polish from the cached main phase (the --polish-steps 0 warm start; "
         "trained and cached first if absent): the same weights, about half the time",
     )
-    ws.add_argument("--eval-tasks", type=int, default=100)
-    ws.add_argument("--seed", type=int, default=0)
-    ws.add_argument("--out", default="runs/warmstart")
-    ws.add_argument("--quiet", action="store_true")
-    ws.set_defaults(func=cmd_warmstart)
-    ev = sub.add_parser("eval", help=cmd_eval.__doc__)
+    ws.add_argument("--eval-tasks", type=int, default=100, help="held-out tasks per env of the report")
+    ws.add_argument("--seed", type=int, default=0, help="model init and data order")
+    ws.add_argument(
+        "--save",
+        default=None,
+        help="directory of the trained model (default: $REHEARSAL_GYM_HOME/warmstart-<config key>)",
+    )
+    ws.add_argument(
+        "--install",
+        action="store_true",
+        help="also make it the default ($REHEARSAL_GYM_HOME/default), used in place of the shipped one",
+    )
+    _common(ws, "runs/warmstart", model=False)
+
+    ev = command("eval", cmd_eval)
     ev.add_argument(
         "--model",
         nargs="+",
         required=True,
-        help="local Hugging Face model directories or warm-start (the cached warm start), each optionally "
-        "NAME=PATH; the first is the baseline",
+        help="model directories or 'default' (the embedded default), each optionally NAME=PATH; "
+        "the first is the baseline",
     )
-    ev.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
-    ev.add_argument("--tasks", type=int, default=100)
+    _envs(ev)
+    ev.add_argument("--tasks", type=int, default=100, help="held-out tasks per env")
     ev.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
     ev.add_argument(
         "--drills", type=int, default=0, help="also probe copying: N fresh repeat and N lookup drills per env"
@@ -444,43 +445,40 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="also probe recall: values copied from the request / a tool result in N oracle transcripts",
     )
-    ev.add_argument("--out", default="runs/eval")
-    ev.add_argument("--quiet", action="store_true")
-    ev.set_defaults(func=cmd_eval)
-    fi = sub.add_parser("fidelity", help=cmd_fidelity.__doc__)
-    fi.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
-    fi.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
-    fi.add_argument("--tasks", type=int, default=50)
-    fi.add_argument("--out", default="runs/fidelity")
+    _common(ev, "runs/eval", model=False)
+
+    fi = command("fidelity", cmd_fidelity)
+    _envs(fi)
+    fi.add_argument("--tasks", type=int, default=50, help="held-out tasks per env")
     fi.add_argument(
         "--world-temperature", type=float, default=1.0, help="environment-role sampling temperature"
     )
     fi.add_argument("--by-template", action="store_true", help="also one row per task template")
-    fi.add_argument("--quiet", action="store_true")
-    fi.set_defaults(func=cmd_fidelity)
-    gw = sub.add_parser("ground-world", help=cmd_ground_world.__doc__)
-    gw.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
-    gw.add_argument("--envs", nargs="+", default=["ToolCall-v0"], choices=REAL_ENV_IDS)
+    _common(fi, "runs/fidelity")
+
+    gw = command("ground-world", cmd_ground_world)
+    _envs(gw, ("ToolCall-v0",), "envs whose real results ground the world")
     gw.add_argument("--first-task", type=int, default=10000, help="first train task of the real results")
     gw.add_argument("--tasks", type=int, default=2000, help="train tasks per env (oracle runs)")
-    gw.add_argument("--steps", type=int, default=300)
-    gw.add_argument("--lr", type=float, default=3e-4)
-    gw.add_argument("--seed", type=int, default=0)
+    gw.add_argument("--steps", type=int, default=300, help="optimizer steps")
+    gw.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (short warmup, cosine decay)")
+    gw.add_argument("--seed", type=int, default=0, help="example order")
     gw.add_argument("--out", required=True, help="directory of the grounded world model")
-    gw.add_argument("--overwrite", action="store_true")
-    gw.add_argument("--quiet", action="store_true")
-    gw.set_defaults(func=cmd_ground_world)
-    re_ = sub.add_parser("rehearse", help=cmd_rehearse.__doc__)
-    re_.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
-    re_.add_argument("--envs", nargs="+", default=list(REAL_ENV_IDS), choices=REAL_ENV_IDS)
-    re_.add_argument("--budgets", nargs="+", type=int, default=[0, 2, 4])
-    re_.add_argument("--horizon", type=int, default=3)
-    re_.add_argument("--sequential", action="store_true")
-    re_.add_argument("--tasks", type=int, default=30)
-    re_.add_argument("--out", default="runs/rehearsal")
-    re_.add_argument("--quiet", action="store_true")
-    re_.set_defaults(func=cmd_rehearse)
-    tr = sub.add_parser("train", help=cmd_train.__doc__)
+    gw.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    gw.add_argument("--model", default=None, help=MODEL_HELP)
+    gw.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    re_ = command("rehearse", cmd_rehearse)
+    _envs(re_)
+    re_.add_argument(
+        "--budgets", nargs="+", type=int, default=[0, 2, 4], help="rehearsed candidates per real action"
+    )
+    re_.add_argument("--horizon", type=int, default=3, help="imagined turns per rehearsal")
+    re_.add_argument("--sequential", action="store_true", help="each rehearsal sees the earlier ones")
+    re_.add_argument("--tasks", type=int, default=30, help="held-out tasks per env")
+    _common(re_, "runs/rehearsal")
+
+    tr = command("train", cmd_train)
     from .agents.curriculum import TASK_SAMPLINGS
     from .agents.losses import REDUCTIONS
     from .agents.ppo import ADVANTAGES, REHEARSAL_WORLDS, REHEARSE_MODES, PPOConfig
@@ -495,29 +493,32 @@ def build_parser() -> argparse.ArgumentParser:
         "loss_reduction": REDUCTIONS,
         "task_sampling": TASK_SAMPLINGS,
     }
+    helps = field_help(PPOConfig)
     for f in dataclasses.fields(PPOConfig):  # the CLI mirrors PPOConfig one-to-one
         flag = "--" + f.name.replace("_", "-")
+        text = helps[f.name].replace("%", "%%")
         if isinstance(f.default, bool):
-            tr.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+            tr.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=text)
         else:
-            tr.add_argument(flag, type=type(f.default), default=f.default, choices=choices.get(f.name))
-    tr.add_argument("--model", default=None, help="local model directory (default: the cached warm start)")
-    tr.add_argument("--eval-tasks", type=int, default=100)
+            tr.add_argument(
+                flag, type=type(f.default), default=f.default, choices=choices.get(f.name), help=text
+            )
+    tr.add_argument("--eval-tasks", type=int, default=100, help="held-out tasks evaluated before and after")
     tr.add_argument(
         "--analyst-config",
         default="",
         help="with --seed-distill: AnalystConfig overrides for the analyst warm start, "
-        "e.g. oracle_tasks_per_env=2000,oracle_fraction=1.0,steps=2000 (default: AnalystConfig())",
+        "e.g. oracle_tasks_per_env=2000,steps=2000 (default: AnalystConfig())",
     )
     tr.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    tr.add_argument("--out", default="runs/train")
-    tr.add_argument("--quiet", action="store_true")
-    tr.set_defaults(func=cmd_train)
+    _common(tr, "runs/train")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return _run(args)
     except ValueError as e:  # invalid configuration: the message names the field
@@ -526,22 +527,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    for name in (
-        "tasks",
-        "eval_tasks",
-        "ppo_eval_tasks",
-    ):  # the rest is validated by the configs, naming the field
+    # counts checked here; everything else is validated by the configs, naming the field
+    for name in ("tasks", "eval_tasks", "iterations", "fidelity_tasks"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            print(f"error: --{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     world_temperature = getattr(args, "world_temperature", 1.0)
     if args.func is cmd_fidelity and not (math.isfinite(world_temperature) and world_temperature > 0):
-        print(f"error: --world-temperature must be > 0, got {world_temperature}", file=sys.stderr)
-        return 2
-    if getattr(args, "ppo_iterations", 0) < 0:
-        print(f"error: --ppo-iterations must be >= 0, got {args.ppo_iterations}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--world-temperature must be > 0, got {world_temperature}")
     return args.func(args)
 
 

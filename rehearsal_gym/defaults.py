@@ -1,29 +1,100 @@
-"""The embedded default: cache location, the tokenizer trained on the envs' own text."""
+"""The embedded default model: where it is found, and the tokenizer trained on the envs' own text.
+
+The package ships the trained default (``rehearsal_gym/assets/default``: weights, tokenizer, config
+and ``manifest.json`` with the warm-start config key, the held-out success it reached and the command
+that reproduces it). Which default a run uses follows one rule:
+
+1. ``$REHEARSAL_GYM_HOME/default`` when it holds a model (``rehearsal-gym warmstart --install``
+   writes one there: a default you retrained yourself wins over the shipped one);
+2. else the shipped default.
+
+Nothing here trains silently: ``rehearsal-gym warmstart`` is the one command that trains a model.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from transformers import AutoTokenizer
 
 from .atomic import atomic_directory
 
+if TYPE_CHECKING:
+    from .model import LM
+
 TOKENIZER_VERSION = "2"
 """Bump when the corpus or tokenizer settings change; cached tokenizers are keyed by it."""
 REAL_ENV_IDS = ("ToolCall-v0", "Retail-v0", "Finance-v0")
+ASSETS = Path(__file__).parent / "assets"
+SHIPPED_DEFAULT = ASSETS / "default"
+"""The trained default shipped as package data."""
 
 
 def cache_dir() -> Path:
-    """Where the default tokenizer and warm-start checkpoints live (``$REHEARSAL_GYM_HOME``)."""
+    """Where retrained models, cached tokenizers and analysts live (``$REHEARSAL_GYM_HOME``,
+    default ``~/.cache/rehearsal_gym``)."""
     root = os.environ.get("REHEARSAL_GYM_HOME") or Path.home() / ".cache" / "rehearsal_gym"
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def default_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
-    """The default tokenizer, trained once on oracle episodes of the train splits and cached."""
+def installed_default_dir() -> Path:
+    """Where `rehearsal-gym warmstart --install` puts a retrained default (it then takes precedence)."""
+    return cache_dir() / "default"
+
+
+def default_model_dir() -> Path:
+    """The directory of the default model, by the rule in this module's docstring."""
+    installed = installed_default_dir()
+    if (installed / "config.json").is_file():
+        return installed
+    if not (SHIPPED_DEFAULT / "config.json").is_file():
+        raise FileNotFoundError(
+            f"the shipped default model is missing from {SHIPPED_DEFAULT}; reinstall rehearsal-gym, or "
+            "train one with `rehearsal-gym warmstart --install`"
+        )
+    return SHIPPED_DEFAULT
+
+
+def default_manifest() -> dict[str, Any]:
+    """The default model's manifest (config key, held-out figures, reproducing command); {} if none."""
+    path = default_model_dir() / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def default_lm() -> LM:
+    """The embedded default model (trained), by the rule in this module's docstring."""
+    from .model import LM
+
+    return LM.load(default_model_dir())
+
+
+def resolve_lm(model: LM | str | os.PathLike | None) -> LM:
+    """An `LM` from an `LM`, a local model directory, or None (the default model)."""
+    from .model import LM
+
+    if isinstance(model, LM):
+        return model
+    if model is None:
+        return default_lm()
+    if isinstance(model, str | os.PathLike):
+        return LM.load(model)
+    raise ValueError(f"model must be an LM, a model directory or None, got {type(model).__name__}")
+
+
+def default_tokenizer():
+    """The default model's tokenizer."""
+    return AutoTokenizer.from_pretrained(default_model_dir())
+
+
+def build_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
+    """Train the default tokenizer on oracle episodes of the train splits (cached per settings).
+
+    The warm start trains from this, so that retraining the default starts from nothing shipped."""
     from .demos import corpus_texts, record_oracle_episodes  # envs are needed only to build it
     from .tokenizer import train_tokenizer
 
@@ -35,19 +106,3 @@ def default_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
     with atomic_directory(path) as tmp:
         tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(path)
-
-
-def default_lm():
-    """The embedded default model and whether it is warm-started.
-
-    The cached warm start of the default `WarmStartConfig` when one exists (``rehearsal-gym
-    warmstart`` or ``demo`` makes it), else an untrained default model.
-    """
-    from .model import LM
-    from .warmstart import WarmStartConfig, warm_start_path
-
-    config = WarmStartConfig()
-    path = warm_start_path(config)
-    if (path / "config.json").is_file():
-        return LM.load(path), True
-    return LM.new(default_tokenizer(), config.model, seed=config.seed), False

@@ -7,7 +7,7 @@ and asks, for every such value in an agent turn, whether each of its tokens is t
 token. Values are split by where they were shown: in the request (the task turn), or only in an
 earlier tool result. A model can be perfect at the first and at chance on the second; then its
 sampled successes on a task that hinges on a result's value are lucky guesses, and reinforcing them
-teaches the value's prior, not the lookup (see README, Status).
+teaches the value's prior, not the lookup (docs/results.md).
 """
 
 from __future__ import annotations

@@ -64,6 +64,47 @@ def comparison_rows(results: Mapping[str, Mapping[str, object]]) -> list[dict[st
     return rows
 
 
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else "<0.001"
+
+
+def seed_tables(
+    results: Mapping[tuple[str, str, int], Mapping[str, object]], columns: Mapping[str, str]
+) -> tuple[list[dict], list[dict]]:
+    """Per-run rows and per-env summary rows (mean over seeds of each setting, with its gain) from
+    ``{(env, setting, seed): train result}`` (`agents.train.train`'s result.json). `columns` names
+    the summary column of each setting; the "seed" setting (PPO + SEED, which starts from its
+    analyst) is left out of the start's mean."""
+    runs = [
+        {
+            "env": env,
+            "setting": setting,
+            "seed": seed,
+            "tasks": r["tasks"],
+            "before": r["before"],
+            "after": r["after"],
+            "gain (points)": f"{100 * (r['after'] - r['before']):+.1f}",
+            "tasks gained / lost": f"{r['gained']} / {r['lost']}" if "gained" in r else "-",
+            "sign test p": _p(r["p_value"]) if "p_value" in r else "-",
+        }
+        for (env, setting, seed), r in sorted(results.items())
+    ]
+    summary = []
+    for env in sorted({k[0] for k in results}):
+        warm = [r["before"] for (e, s, _), r in results.items() if e == env and s != "seed"]
+        row: dict[str, object] = {"env": env, "warm start": sum(warm) / len(warm) if warm else "-"}
+        for setting, column in columns.items():
+            got = [r for (e, s, _), r in results.items() if e == env and s == setting]
+            if not got:
+                row[column] = "-"
+                continue
+            after = sum(r["after"] for r in got) / len(got)
+            gain = sum(r["after"] - r["before"] for r in got) / len(got)
+            row[column] = f"{after:.1%} ({100 * gain:+.1f}, {len(got)} seed{'s' * (len(got) > 1)})"
+        summary.append(row)
+    return runs, summary
+
+
 def markdown_table(rows: Sequence[Mapping[str, object]]) -> str:
     columns = list(rows[0])
     fmt = [lambda v: f"{v:.1%}" if isinstance(v, float) else str(v)]

@@ -20,7 +20,6 @@ weights), no MLP between features and heads, and one shared feature extractor.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import gymnasium as gym
@@ -30,19 +29,8 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-from .model import LM
+from .defaults import resolve_lm
 from .token_env import TokenEnv
-
-
-def resolve_lm(lm: LM | str | os.PathLike | None) -> LM:
-    """An `LM` from an `LM`, a local model directory, or None (the embedded default)."""
-    if isinstance(lm, LM):
-        return lm
-    if lm is None:
-        from .defaults import default_lm
-
-        return default_lm()[0]
-    return LM.load(lm)
 
 
 class LMFeatures(BaseFeaturesExtractor):

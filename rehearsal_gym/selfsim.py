@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -22,6 +21,7 @@ import torch
 from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
 
 from .consistency import consistent_answer, premise_breaks, replan
+from .defaults import resolve_lm
 from .demos import record_oracle_episodes, result_bank
 from .model import LM
 from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
@@ -136,8 +136,8 @@ class SelfSimEnv(ToolEnv):
 
     ## Arguments
     base: id of a real env ("ToolCall-v0", "Retail-v0", "Finance-v0").
-    model: an `LM`, a local model directory, or None for the embedded default (the cached warm
-        start if one exists, else an untrained default model, with a warning).
+    model: an `LM`, a local model directory, or None for the embedded default (shipped trained;
+        see `rehearsal_gym.defaults`).
     mode: "replace" (the backend is never called), "wrap" (the real tool runs too; info carries
         both results and a fidelity score; the agent sees the imagined one), "mixed" (real with
         probability `p_real`, drawn from the env's seeded RNG).
@@ -208,7 +208,7 @@ class SelfSimEnv(ToolEnv):
         self.seen: list[tuple[ToolCall, dict[str, Any]]] = []
         self.n_examples, self.n_samples, self.premise_redraws = n_examples, n_samples, premise_redraws
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
-        self.lm = _resolve_model(model)
+        self.lm = resolve_lm(model)
         if bank is None:
             bank = result_bank(record_oracle_episodes(base, range(bank_tasks)))
         self.bank = bank
@@ -445,25 +445,6 @@ def _canonical(text: str) -> str:
         return text
 
 
-def _resolve_model(model: LM | str | None) -> LM:
-    if isinstance(model, LM):
-        return model
-    if isinstance(model, str):
-        return LM.load(model)
-    if model is not None:
-        raise ValueError(f"model must be an LM, a model directory or None, got {type(model).__name__}")
-    from .defaults import default_lm
-
-    lm, trained = default_lm()
-    if not trained:
-        warnings.warn(
-            "SelfSimEnv: no warm-started default model is cached, using an untrained one; "
-            "run `rehearsal-gym warmstart` once for a useful environment role",
-            stacklevel=3,
-        )
-    return lm
-
-
 class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
     """`num_envs` SelfSimEnvs sharing one model, with environment-role generation batched.
 
@@ -476,7 +457,7 @@ class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
     def __init__(self, num_envs: int = 1, model: LM | str | None = None, **kwargs: Any) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        lm = _resolve_model(model)
+        lm = resolve_lm(model)
         if kwargs.get("bank") is None:  # one bank of real results shared by the sub-envs
             base, bank_tasks = kwargs.get("base", "ToolCall-v0"), kwargs.pop("bank_tasks", 40)
             kwargs["bank"] = result_bank(record_oracle_episodes(base, range(bank_tasks)))

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .defaults import REAL_ENV_IDS, TOKENIZER_VERSION, cache_dir, default_tokenizer
+from .defaults import REAL_ENV_IDS, TOKENIZER_VERSION, build_tokenizer, cache_dir
 from .demos import (
     agent_sequence,
     copy_drills,
@@ -51,11 +51,11 @@ class WarmStartConfig:
     weight_decay: float = 0.01  # AdamW weight decay
     seed: int = 0  # model init, data order
     model: LMConfig = field(default_factory=LMConfig)  # size of the default model
-    # Polish: after the main phase, both roles on fresh demos (train tasks tasks_per_env.. of each
-    # env), no drills, at a low learning rate. 0 steps = no polish.
+    # polish: after the main phase, steps on both roles of fresh demos (train tasks tasks_per_env..
+    # of each env), no drills, at a low learning rate; 0 = no polish
     polish_steps: int = 3000
-    polish_tasks_per_env: int = 3000
-    polish_lr: float = 3e-4
+    polish_tasks_per_env: int = 3000  # fresh train tasks per env whose oracle demos the polish trains on
+    polish_lr: float = 3e-4  # peak learning rate of the polish (short warmup, cosine decay)
     polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
     # envs whose fresh demos the polish trains on (a subset of envs); None = all of envs
     polish_envs: tuple[str, ...] | None = None
@@ -217,7 +217,7 @@ def train_warm_start(
 ) -> tuple[LM, list[float]]:
     """Train the model on both roles; returns the model and the loss per step."""
     torch.manual_seed(config.seed)
-    lm = lm or LM.new(default_tokenizer(), config.model, seed=config.seed)
+    lm = lm or LM.new(build_tokenizer(), config.model, seed=config.seed)
     t0 = time.time()
     examples, drills = build_examples(lm, config)
     log(
@@ -293,8 +293,8 @@ def polish(
     environment role, no copy drills, at `polish_lr` (short warmup, cosine decay).
     Returns the loss per step.
 
-    Agent-role sequences alone raised held-out success a lot but broke the environment role (58 to
-    62% of imagined Retail and Finance results unusable, from 2 to 3%), so both roles train."""
+    Both roles train: a polish on agent-role sequences alone breaks the environment role (most
+    imagined results become unusable; docs/results.md)."""
     first = config.tasks_per_env
     t0 = time.time()
     rng = np.random.default_rng(config.seed + 1)
@@ -374,6 +374,23 @@ def save_warm_start(lm: LM, losses: list[float], path: Path) -> None:
     (path / "losses.json").write_text(json.dumps(losses))
 
 
+def write_manifest(
+    path: Path, lm: LM, config: WarmStartConfig, held_out: dict[str, dict], command: str
+) -> None:
+    """``manifest.json`` beside a saved warm start `lm`: its config and key, the held-out success
+    it reached (``{env: {"tasks": n, "success": rate}}``, greedy, test split from task 0) and the
+    command that reproduces it."""
+    manifest = {
+        "warmstart_key": config.key(),
+        "warmstart_config": asdict(config),
+        "tokenizer_version": TOKENIZER_VERSION,
+        "parameters": lm.num_parameters(),
+        "held_out": held_out,
+        "command": command,
+    }
+    (Path(path) / "manifest.json").write_text(json.dumps(manifest, indent=2, default=list) + "\n")
+
+
 def load_or_train(config: WarmStartConfig | None = None, progress: bool = True, log=print) -> LM:
     """The cached warm-started model for `config`, training (and caching) it on first use."""
     config = config or WarmStartConfig()
@@ -404,9 +421,8 @@ def ground_world(
     shows) on the oracle's calls of train `tasks` of each env, at `lr` (short warmup, cosine decay).
     Returns the loss per step.
 
-    EnvACE's grounding loss, applied before rehearsal to a world that stays frozen in it: the warm
-    start's ToolCall world says the same weekday whatever the date, with Friday at 1% and Monday at
-    23% (real: about 1/7 each), so a rehearsal at temperature 0.7 never shows Friday and rarely Tuesday.
+    EnvACE's grounding loss, applied before rehearsal to a world that stays frozen in it: a world
+    that shows a value far less often than the real tool does never lets the agent practise on it.
     """
     if not env_ids:
         raise ValueError("ground_world needs at least one env id")

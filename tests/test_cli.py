@@ -5,27 +5,56 @@ import sys
 import pytest
 
 
-def test_demo_without_model_prints_table(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rehearsal_gym.cli",
-            "demo",
-            "--no-model",
-            "--tasks",
-            "5",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_demo_shows_the_table_the_swap_and_fidelity(tiny_lm, tmp_path, capsys):
+    from rehearsal_gym.demo import run_demo
+
+    small = {"tasks_per_iter": 1, "group_size": 2, "minibatch_size": 2}
+    result = run_demo(
+        tiny_lm,
+        model_name="tiny",
+        envs=("Retail-v0",),
+        tasks=3,
+        iterations=1,
+        eval_tasks=3,
+        fidelity_tasks=2,
+        out=tmp_path,
+        progress=False,
+        ppo_overrides=small,
     )
-    assert out.returncode == 0, out.stderr
-    assert "| env | tasks | oracle | random |" in out.stdout
-    assert "| Retail-v0 | 5 | 100.0% |" in out.stdout
-    assert (tmp_path / "demo.csv").read_text().startswith("env,tasks,oracle,random")
+    printed = capsys.readouterr().out
+    assert "| env | tasks | oracle | random | default model |" in printed
+    assert "| Retail-v0 | 3 | 100.0% | 0.0% |" in printed
+    assert "| model | success | gained | lost | p |" in printed
+    assert "imagined" in printed and "usable" in printed and "demo took" in printed
+    names = [row["model"] for row in result["swap"]]
+    assert names[:3] == ["start (shipped default)", "live PPO real", "live PPO rehearsed"]
+    for row in result["swap"]:  # every model on the same 3 tasks as the start
+        assert row["gained"] + row["lost"] <= 3
+    for name in ("heldout.csv", "heldout.md", "swap.csv", "swap.md", "swap.png"):
+        assert (tmp_path / name).is_file(), name
+    for setting in ("real", "rehearsed"):
+        assert (tmp_path / f"ppo-{setting}" / "learning_curve.png").is_file()
+    rehearsed = json.loads((tmp_path / "ppo-rehearsed" / "result.json").read_text())
+    assert rehearsed["rehearse"] == "replace" and rehearsed["tasks"] == 3
+
+
+def test_every_cli_option_has_a_help_line():
+    import argparse
+
+    from rehearsal_gym.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help and action.help.strip(), f"{name} {action.option_strings[0]}"
+    from rehearsal_gym.agents.ppo import PPOConfig
+
+    printed = commands.choices["train"].format_help()
+    for field in PPOConfig.__dataclass_fields__:
+        assert "--" + field.replace("_", "-") in printed
+    assert "(default: 2e-05)" in printed  # the default of --lr is shown
 
 
 def test_cli_rejects_bad_numbers():
@@ -34,11 +63,11 @@ def test_cli_rejects_bad_numbers():
     )
     assert out.returncode == 2 and "--tasks must be >= 1" in out.stderr
     out = subprocess.run(
-        [sys.executable, "-m", "rehearsal_gym.cli", "demo", "--ppo-iterations", "-1"],
+        [sys.executable, "-m", "rehearsal_gym.cli", "demo", "--iterations", "0"],
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 2 and "--ppo-iterations must be >= 0" in out.stderr
+    assert out.returncode == 2 and "--iterations must be >= 1" in out.stderr
     out = subprocess.run(
         [sys.executable, "-m", "rehearsal_gym.cli", "fidelity", "--world-temperature", "0"],
         capture_output=True,
@@ -173,24 +202,6 @@ def test_warmstart_options_reach_the_config_and_are_validated():
             [sys.executable, "-m", "rehearsal_gym.cli", "warmstart", *bad], capture_output=True, text=True
         )
         assert out.returncode == 2 and field in out.stderr, out.stderr
-
-
-def test_demo_ppo_prints_before_after_and_the_paired_test(tiny_lm, tmp_path, capsys, monkeypatch):
-    import argparse
-
-    from rehearsal_gym import cli
-
-    small = {**cli.DEMO_PPO, "tasks_per_iter": 1, "group_size": 2, "minibatch_size": 2}
-    monkeypatch.setattr(cli, "DEMO_PPO", small)
-
-    args = argparse.Namespace(
-        ppo_env="ToolCall-v0", ppo_iterations=1, ppo_eval_tasks=3, seed=0, out=str(tmp_path), quiet=True
-    )
-    cli._demo_ppo(tiny_lm, args)
-    printed = capsys.readouterr().out
-    assert "ToolCall-v0 held-out success: warm start" in printed and "(3 tasks)" in printed
-    assert "gained" in printed and "sign test p = " in printed
-    assert (tmp_path / "ppo" / "learning_curve.png").is_file()
 
 
 def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):

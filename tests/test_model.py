@@ -143,11 +143,11 @@ def test_lm_config_validation():
         LMConfig(hidden_size=30, num_heads=4)
 
 
-def test_default_tokenizer_is_cached(tmp_path, monkeypatch):
-    from rehearsal_gym.defaults import default_tokenizer
+def test_build_tokenizer_is_cached(tmp_path, monkeypatch):
+    from rehearsal_gym.defaults import build_tokenizer
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
-    first = default_tokenizer(vocab_size=500, tasks_per_env=10)
+    first = build_tokenizer(vocab_size=500, tasks_per_env=10)
     assert any(p.name.startswith("tokenizer-v") for p in tmp_path.iterdir())
-    second = default_tokenizer(vocab_size=500, tasks_per_env=10)
+    second = build_tokenizer(vocab_size=500, tasks_per_env=10)
     assert first.get_vocab() == second.get_vocab()

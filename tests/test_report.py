@@ -57,36 +57,10 @@ def test_write_table_writes_csv_and_markdown(tmp_path):
     assert (tmp_path / "t.md").read_text() == md + "\n"
 
 
-def _ppo_table():
-    import importlib.util
-    from pathlib import Path
+def test_seed_tables_mean_over_seeds_and_keep_the_paired_test():
+    from rehearsal_gym.report import seed_tables
 
-    path = Path(__file__).parents[1] / "benchmarks" / "ppo_table.py"
-    spec = importlib.util.spec_from_file_location("ppo_table", path)
-    ppo_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ppo_table)
-    return ppo_table
-
-
-def test_ppo_table_extra_train_args_come_after_the_tables_own(tmp_path, monkeypatch):
-    """`--train-args` must override the table's flags (argparse keeps the last), not precede them."""
-    import argparse
-
-    ppo_table = _ppo_table()
-    calls = []
-    monkeypatch.setattr(ppo_table.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 1)
-    assert ppo_table.run_one(tmp_path, "Finance-v0", "real", 0, 10, None, ["--negative-weight", "1"]) is None
-    (cmd,) = calls
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--negative-weight", type=float)
-    parser.add_argument("--out")
-    known, _ = parser.parse_known_args(cmd[2:])
-    assert known.negative_weight == 1.0 and known.out == str(tmp_path / "Finance-v0_real_s0")
-    assert "--negative-weight" in ppo_table.COMMON  # the override is of a flag the table sets
-
-
-def test_ppo_table_means_over_seeds_and_keeps_the_paired_test():
-    ppo_table = _ppo_table()
+    columns = {"real": "PPO real", "rehearsed": "PPO rehearsed", "seed": "PPO + SEED"}
     results = {
         ("ToolCall-v0", "real", 0): {
             "tasks": 300,
@@ -99,7 +73,7 @@ def test_ppo_table_means_over_seeds_and_keeps_the_paired_test():
         ("ToolCall-v0", "real", 1): {"tasks": 300, "before": 0.5, "after": 0.5},
         ("ToolCall-v0", "seed", 0): {"tasks": 300, "before": 0.4, "after": 0.45},
     }
-    runs, summary = ppo_table.tables(results)
+    runs, summary = seed_tables(results, columns)
     assert [r["gain (points)"] for r in runs] == ["+10.0", "+0.0", "+5.0"]
     assert runs[0]["tasks gained / lost"] == "40 / 10" and runs[1]["sign test p"] == "-"
     (row,) = summary

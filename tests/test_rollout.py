@@ -37,31 +37,3 @@ def test_skill_turns_put_the_reset_skill_before_the_task(tiny_lm):
     assert skilled[0].ids[: len(skill) + len(task)] == skill + task  # read by the agent
     assert skilled[0].agent_mask[: len(skill)] == [0] * len(skill)
     assert skilled[1].ids == plain[1].ids  # no skill, nothing inserted
-
-
-def test_skill_conditioning_benchmark_scores_with_and_without_skills(tiny_lm, tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "benchmarks" / "skill_conditioning.py"
-    spec = importlib.util.spec_from_file_location("skill_conditioning", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    tiny_lm.save(tmp_path / "m")
-    assert (
-        script.main(
-            [
-                "--models",
-                f"tiny={tmp_path / 'm'}",
-                "--envs",
-                "ToolCall-v0",
-                "--tasks",
-                "2",
-                "--out",
-                str(tmp_path / "out"),
-            ]
-        )
-        == 0
-    )
-    table = (tmp_path / "out" / "skill_conditioning.md").read_text()
-    assert "| tiny | ToolCall-v0 | 2 |" in table

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
+import safetensors.torch
 import torch
 from gymnasium.utils.env_checker import check_env
 from rehearsal_gym.envs.base import state_hash
@@ -171,10 +172,19 @@ def test_result_error_and_fidelity():
     }
 
 
-def test_make_with_no_arguments(monkeypatch, tmp_path):
-    monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
-    with pytest.warns(UserWarning, match="untrained"):
+def test_make_with_no_arguments_uses_the_shipped_default_silently(monkeypatch, tmp_path):
+    import warnings
+
+    from rehearsal_gym.defaults import SHIPPED_DEFAULT
+
+    monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))  # an empty cache
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         env = gym.make("SelfSim-v0", max_result_tokens=8, bank_tasks=3)
+    lm = env.unwrapped.lm
+    shipped = safetensors.torch.load_file(SHIPPED_DEFAULT / "model.safetensors")
+    assert all(torch.equal(lm.model.state_dict()[k], v) for k, v in shipped.items())
+    assert list(tmp_path.iterdir()) == []  # nothing trained or cached
     obs, info = env.reset(seed=0)
     assert obs.startswith("Tools:")
 

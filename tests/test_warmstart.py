@@ -305,17 +305,19 @@ def test_drill_accuracy_counts_exactly_solved_drills(tiny_lm, shifted_oracle):
 
 @pytest.mark.slow
 def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
-    """Opt in with -m slow (about 45 minutes on 2 CPU cores)."""
+    """Retraining the default config gets no family more than 10 points below the shipped model's
+    manifest (trainings on other machines and library versions differ, by more than that on some
+    families). Opt in with -m slow (about an hour on 2 CPU cores)."""
+    from rehearsal_gym.defaults import SHIPPED_DEFAULT
     from rehearsal_gym.rollout import evaluate
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
+    manifest = json.loads((SHIPPED_DEFAULT / "manifest.json").read_text())
+    assert manifest["warmstart_key"] == WarmStartConfig().key()  # the shipped model is this config's
     lm, _ = train_warm_start(WarmStartConfig(), progress=False, log=lambda s: None)
-    # measured 99.7%, 94.3% and 28.3% on held-out tasks 1000..1299 (one training; thread scheduling
-    # changes float sums, so trainings differ: Finance before the polish phase ranged 32-53%)
-    assert evaluate(lm, "ToolCall-v0", 100)["success"] > 0.9
-    assert evaluate(lm, "Finance-v0", 100)["success"] >= 0.8
-    assert evaluate(lm, "Retail-v0", 100)["success"] >= 0.2
-    # the environment role writes usable results (3 of 71 calls were unusable when measured)
+    for env_id, figure in manifest["held_out"].items():
+        assert evaluate(lm, env_id, figure["tasks"])["success"] >= figure["success"] - 0.1, env_id
+    # the environment role writes usable results
     from rehearsal_gym.rollout import run_episodes
     from rehearsal_gym.selfsim import SelfSimEnv
 

@@ -6,6 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rehearsal_gym.envs import ENV_IDS, explain
 from rehearsal_gym.envs.base import MAX_OBS_CHARS, state_hash
 
@@ -270,3 +272,19 @@ def test_oracle_hint_channel():
     )
     assert "Rule:" in info["hint"]
     assert "hint" not in gym.make("Retail-v0").reset(options={"task_index": 0})[1]
+
+
+@settings(deadline=None)
+@given(st.integers(min_value=0, max_value=200_000))
+def test_a_cut_observation_says_exactly_how_many_characters_it_lost(extra):
+    from rehearsal_gym.envs.base import to_observation
+
+    text = "".join("abcdefghij"[i % 10] for i in range(MAX_OBS_CHARS + extra))
+    obs = to_observation(text)
+    if extra == 0:
+        assert obs == text
+        return
+    assert len(obs) <= MAX_OBS_CHARS
+    kept, marker = obs.rsplit(" ...[cut ", 1)
+    assert text.startswith(kept) and marker.endswith(" chars]")
+    assert int(marker.removesuffix(" chars]")) == len(text) - len(kept)

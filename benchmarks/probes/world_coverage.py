@@ -7,7 +7,7 @@ not given). Rehearsed training can only teach an agent to read a value the world
 the warm start fails weekday questions exactly when the result is Tuesday, and real PPO's gains there
 come from learning that case.
 
-    python benchmarks/world_coverage.py --model DIR --env ToolCall-v0 --template weekday --tasks 120 \\
+    python benchmarks/probes/world_coverage.py --model DIR --env ToolCall-v0 --template weekday --tasks 120 \\
         --temperatures 0.1 0.7 1.0 --out runs/coverage
 
 Writes OUT/world_coverage.csv and .md.

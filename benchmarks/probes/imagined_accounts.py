@@ -14,7 +14,7 @@ can pass the consistent verifier except the real one, which the agent was never 
 `--premise-redraws N` has the world draw an account without the symbol, or listing it twice, again,
 up to N times (SelfSimEnv's premise_redraws).
 
-    python benchmarks/imagined_accounts.py --model warm=DIR --tasks 1000 --out runs/imagined
+    python benchmarks/probes/imagined_accounts.py --model warm=DIR --tasks 1000 --out runs/imagined
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ wrong tickers (requested -> sold). Rows split by how many holdings the
 account has and where the requested symbol sits among them (0 = first; the get_account result lists them in
 symbol order), since a model that copies the first holding's quantity fails only on later positions.
 
-    python benchmarks/sell_all_errors.py --model warm=DIR ppo=RUN/final_model --tasks 1000 --out runs/sell_all
+    python benchmarks/probes/sell_all_errors.py --model warm=DIR ppo=RUN/final_model --tasks 1000 --out runs/sell_all
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ samples itself (tasks 20000.., temperature 0.7; SEED analyses the policy's own e
 its analyses that parse as a skill, that equal the explainer's label of the episode (`skills.label_skill`,
 the analyst's training target), and that name the label's workflow (the text before "Rule:").
 
-    python benchmarks/analyst_quality.py --model DIR --out runs/analyst
-    python benchmarks/analyst_quality.py --model DIR --variant default lr=3e-4,oracle_fraction=1.0 --out runs/analyst
-    python benchmarks/analyst_quality.py --model DIR --analyst ~/.cache/rehearsal_gym/analyst-XXXX --eval-tasks 0
+    python benchmarks/probes/analyst_quality.py --model DIR --out runs/analyst
+    python benchmarks/probes/analyst_quality.py --model DIR --variant default lr=3e-4,oracle_fraction=1.0 --out runs/analyst
+    python benchmarks/probes/analyst_quality.py --model DIR --analyst ~/.cache/rehearsal_gym/analyst-XXXX --eval-tasks 0
 
 Writes OUT/analyst_quality.csv and .md.
 """

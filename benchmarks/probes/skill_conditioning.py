@@ -6,7 +6,7 @@ each model and family: held-out success on test tasks 0..N-1 without a skill and
 workflow skill of the oracle's episode on the same task (`analyst.oracle_skill`; privileged, the best
 skill a library could hold) as a ``<|skill|>`` turn, with the paired sign test between the two.
 
-    python benchmarks/skill_conditioning.py --models warm=DIR analyst=~/.cache/rehearsal_gym/analyst-XXXX \\
+    python benchmarks/probes/skill_conditioning.py --models warm=DIR analyst=~/.cache/rehearsal_gym/analyst-XXXX \\
         --envs ToolCall-v0 Finance-v0 --tasks 500 --out runs/skills
 
 Writes OUT/skill_conditioning.csv and .md.
