@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--iterations", type=int, default=3, help="PPO iterations of each live run")
     demo.add_argument(
-        "--eval-tasks", type=int, default=300, help="held-out tasks of the swap (before and after, the same)"
+        "--eval-tasks", type=int, default=500, help="held-out tasks of the swap (before and after, the same)"
     )
     demo.add_argument("--fidelity-tasks", type=int, default=16, help="held-out tasks of the fidelity line")
     demo.add_argument("--seed", type=int, default=0, help="seed of the PPO runs and the random policy")

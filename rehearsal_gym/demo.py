@@ -126,15 +126,17 @@ def plot_swap(rows: list[dict[str, object]], path: Path, title: str) -> None:
     names = [str(r["model"]) for r in rows]
     values = [100 * float(r["success"]) for r in rows]
     colors = ["#999999" if "start" in n else "#1f77b4" if "real" in n else "#ff7f0e" for n in names]
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    fig, ax = plt.subplots(figsize=(8.5, 3.8))
     bars = ax.barh(range(len(rows)), values, color=colors)
     for bar, row in zip(bars, rows, strict=True):
         note = f"{bar.get_width():.1f}%"
         if row["gained"] or row["lost"]:
             note += f"  (+{row['gained']} / -{row['lost']}, p {row['p']})"
         ax.text(bar.get_width() + 0.3, bar.get_y() + bar.get_height() / 2, note, va="center", fontsize=8)
-    low = max(0.0, min(values) - 10)
-    ax.set(xlim=(low, 100 + (100 - low) * 0.45), yticks=range(len(rows)), yticklabels=names, title=title)
+    low = max(0.0, 5 * (min(values) // 5) - 10)
+    ax.set(xlim=(low, 100 + (100 - low) * 0.45), yticks=range(len(rows)), yticklabels=names)
+    ax.set_xticks([t for t in range(0, 101, 5) if t >= low])
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("held-out success in the real env (%)")
     ax.invert_yaxis()
     fig.tight_layout()
@@ -151,7 +153,7 @@ def run_demo(
     tasks: int = 100,
     swap_env: str = "ToolCall-v0",
     iterations: int = 3,
-    eval_tasks: int = 300,
+    eval_tasks: int = 500,
     fidelity_tasks: int = 16,
     seed: int = 0,
     out: str | Path = "runs/demo",
