@@ -36,7 +36,7 @@ SHIPPED_RUNS = ASSETS / "runs"
 def ppo_configs(env: str, iterations: int, seed: int, **overrides: Any) -> dict[str, Any]:
     """The demo's two PPO runs: identical but for where tool results come from.
 
-    The settings are those of docs/results.md's PPO table (greedy-free sampling at temperature 0.7,
+    The settings are those of docs/results.md's PPO tables (sampling at temperature 0.7,
     successes only reinforced, 16 tasks x 8 samples a round); rehearsed runs imagine every tool
     result with the frozen start model (its environment role) and train the agent role only.
     `overrides`: other PPOConfig fields, for both runs."""
