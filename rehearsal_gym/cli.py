@@ -129,8 +129,7 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Held-out success of models as agent in the real envs, side by side on the same tasks: each
     model's tasks gained and lost against the first, with a sign test."""
-    from .defaults import default_lm
-    from .model import LM
+    from .defaults import resolve_lm
     from .report import comparison_rows, write_table
     from .rollout import evaluate
 
@@ -152,7 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     models = {}
     for name, path in paths.items():
         try:
-            models[name] = default_lm() if path == "default" else LM.load(path)
+            models[name] = resolve_lm(None if path == "default" else path)
         except (FileNotFoundError, OSError) as e:
             raise SystemExit(f"--model {name}: {e}") from None
     for env_id in args.envs:
