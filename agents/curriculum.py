@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rehearsal_gym.core.checks import PositiveFloat, UnitFloat, validate
+
 TASK_SAMPLINGS = ("uniform", "template-variance")
 
 
@@ -24,18 +26,15 @@ class TemplateCurriculum:
     """Decayed per-template success counts and the sampling weights they give."""
 
     templates: tuple[str, ...]
-    floor: float = 0.02  # added to every template's p(1 - p) (at most 0.25)
-    decay: float = 0.8  # per round: older rounds' episodes count this much less
+    floor: PositiveFloat = 0.02  # added to every template's p(1 - p) (at most 0.25)
+    decay: UnitFloat = 0.8  # per round: older rounds' episodes count this much less
     wins: dict[str, float] = field(default_factory=dict)
     episodes: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        validate(self)
         if not self.templates:
             raise ValueError("TemplateCurriculum needs at least one template")
-        if not (np.isfinite(self.floor) and self.floor > 0):
-            raise ValueError(f"TemplateCurriculum.floor must be a positive finite number, got {self.floor!r}")
-        if not (0 <= self.decay <= 1):
-            raise ValueError(f"TemplateCurriculum.decay must be in [0, 1], got {self.decay!r}")
         for t in self.templates:
             self.wins.setdefault(t, 0.0)
             self.episodes.setdefault(t, 0.0)

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rehearsal_gym.model import LM
-from rehearsal_gym.rollout import Episode, run_episodes
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.rollout import Episode, run_episodes
 
-from .ppo import PPOConfig, make_train_envs
+from .config import PPOConfig
+from .train_envs import make_train_envs
 
 
 class StaleWeightsError(RuntimeError):
@@ -34,7 +35,7 @@ class RolloutWorker:
 
     def __init__(self, config: Mapping[str, Any], lm: LM, num_envs: int, threads: int = 1) -> None:
         torch.set_num_threads(threads)  # one core per worker: workers run side by side
-        self.config = PPOConfig(**config)
+        self.config = PPOConfig.from_dict(dict(config))
         self.lm = lm
         self.lm.model.eval()
         self.envs = make_train_envs(self.config, lm, num_envs)
@@ -59,7 +60,7 @@ class RolloutWorker:
             self.envs[: len(options)],
             options,
             greedy=False,
-            temperature=self.config.temperature,
+            temperature=self.config.ppo.temperature,
             generator=torch.Generator().manual_seed(seed),
             seed=seed,
         )
@@ -70,7 +71,7 @@ class RolloutWorker:
 
 
 class RayRollouts:
-    """`config.rollout_workers` Ray actors sharing one round of episodes between them."""
+    """`config.rollout.rollout_workers` Ray actors sharing one round of episodes between them."""
 
     def __init__(self, config: PPOConfig, lm: LM, worker_cls: type[RolloutWorker] = RolloutWorker) -> None:
         try:
@@ -82,13 +83,13 @@ class RayRollouts:
         self.ray = ray
         if not ray.is_initialized():
             ray.init(
-                address=config.ray_address or None,
+                address=config.rollout.ray_address or None,
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,
             )
         self.config = config
-        self.num_workers = config.rollout_workers
+        self.num_workers = config.rollout.rollout_workers
         self.per_worker = -(-config.tasks_per_iter * config.group_size // self.num_workers)
         self._actor = ray.remote(num_cpus=1, max_restarts=0)(worker_cls)
         self._lm = ray.put(lm)
@@ -109,7 +110,9 @@ class RayRollouts:
         self.workers[i] = self._spawn()
         self.restarts += 1
         try:
-            self.ray.get(self.workers[i].pid.remote(), timeout=max(120.0, self.config.rollout_timeout_s))
+            self.ray.get(
+                self.workers[i].pid.remote(), timeout=max(120.0, self.config.rollout.rollout_timeout_s)
+            )
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
             pass  # the round's loop sees the failure and counts it against its budget
 
@@ -140,7 +143,7 @@ class RayRollouts:
                     f"rollout workers failed {3 * len(shards)} times in one round; "
                     "check the Ray cluster or raise PPOConfig.rollout_timeout_s"
                 )
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.config.rollout_timeout_s)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.config.rollout.rollout_timeout_s)
             if not ready:  # silent past the timeout: replace every pending worker, re-run its shard
                 for ref, i in list(pending.items()):
                     del pending[ref]

@@ -174,8 +174,3 @@ def grounding_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """EnvACE grounding: negative log-likelihood of the real tool result under the environment role,
     token-mean over the result tokens (`logp` are the log-probs of those tokens given the role's prompt)."""
     return -masked_mean(logp, mask)
-
-
-def teacher_advantage(logp_skill: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """SEED's variant: ``sg(logp_skill - logp_old)`` added to the advantage (0 off the mask)."""
-    return torch.where(mask.to(torch.bool), (logp_skill - old_logp).detach(), torch.zeros_like(old_logp))

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from rehearsal_gym.atomic import recover
-from rehearsal_gym.model import LM
-from rehearsal_gym.report import paired_sign_test, plot_curve
-from rehearsal_gym.rollout import evaluate
+from rehearsal_gym.core.atomic import recover
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.report import paired_sign_test, plot_curve
+from rehearsal_gym.core.rollout import evaluate
 
 from .ppo import PPOConfig, PPOTrainer
 
 if TYPE_CHECKING:
-    from rehearsal_gym.analyst import AnalystConfig
+    from rehearsal_gym.training.analyst import AnalystConfig
 
 
 def train(
@@ -38,7 +38,7 @@ def train(
 ) -> dict[str, Any]:
     """Run PPO for `config.iterations` rounds; held-out success (real env) before and after.
 
-    With `config.seed_distill` the model first takes SEED's analyst warm start under `analyst`
+    With `config.skills.seed_distill` the model first takes SEED's analyst warm start under `analyst`
     (default `AnalystConfig()`; cached per weights and config). `before`: an evaluation of `lm`
     on the same `eval_tasks` made already (`rollout.evaluate`), reused instead of run again."""
     out = Path(out)
@@ -48,12 +48,12 @@ def train(
         log(f"resumed from {ckpt} at iteration {trainer.iteration}")
         before = json.loads((out / "before.json").read_text())
     else:
-        if config.seed_distill:  # SEED step 1: teach the policy to analyse its own episodes
-            from rehearsal_gym.analyst import load_or_train_analyst
+        if config.skills.seed_distill:  # SEED step 1: teach the policy to analyse its own episodes
+            from rehearsal_gym.training.analyst import load_or_train_analyst
 
             lm = load_or_train_analyst(lm, analyst, progress=progress, log=log)
         trainer = PPOTrainer(config, lm)
-        if before is None or config.seed_distill:  # SEED's start is the analyst, not `lm`
+        if before is None or config.skills.seed_distill:  # SEED's start is the analyst, not `lm`
             before = evaluate(trainer.lm, config.env, eval_tasks)
         elif before.get("env") != config.env or before.get("n") != eval_tasks or before.get("first_task", 0):
             raise ValueError(
@@ -66,7 +66,7 @@ def train(
     writer = _tensorboard(out / "tb")
     bar = tqdm(
         range(trainer.iteration, config.iterations),
-        desc=f"ppo {config.env} rehearse={config.rehearse}",
+        desc=f"ppo {config.env} rehearse={config.rehearsal.rehearse}",
         disable=not progress,
         initial=trainer.iteration,
         total=config.iterations,
@@ -90,7 +90,7 @@ def train(
     _write_progress(trainer.history, out)
     result = {
         "env": config.env,
-        "rehearse": config.rehearse,
+        "rehearse": config.rehearsal.rehearse,
         "before": before["success"],
         "after": after["success"],
         "tasks": after["n"],

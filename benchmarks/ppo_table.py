@@ -33,8 +33,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.report import seed_tables, write_table
+from rehearsal_gym.envs import REAL_ENV_IDS
+
+from rehearsal_gym.core.report import seed_tables, write_table
 
 COMMON = (
     "--lr 1e-4 --negative-weight 0 --temperature 0.7 --tasks-per-iter 16 --group-size 8 "

@@ -14,12 +14,13 @@ import argparse
 import time
 
 import torch
-from rehearsal_gym.agents.ppo import PPOConfig, make_train_envs
+from rehearsal_gym.agents.config import PPOConfig
+from rehearsal_gym.agents.train_envs import make_train_envs
 
 import rehearsal_gym  # noqa: F401
+from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.core.rollout import run_episodes
 from rehearsal_gym.defaults import default_tokenizer
-from rehearsal_gym.model import LM, LMConfig
-from rehearsal_gym.rollout import run_episodes
 
 
 def in_process(config: PPOConfig, lm: LM, options: list[dict], rounds: int, threads: int) -> float:
@@ -33,11 +34,9 @@ def in_process(config: PPOConfig, lm: LM, options: list[dict], rounds: int, thre
 
 
 def on_ray(config: PPOConfig, lm: LM, options: list[dict], rounds: int, workers: int) -> float:
-    from dataclasses import replace
-
     from rehearsal_gym.agents.distributed import RayRollouts
 
-    pool = RayRollouts(replace(config, rollout_workers=workers), lm)
+    pool = RayRollouts(PPOConfig.from_flat(**{**config.flat(), "rollout_workers": workers}), lm)
     pool.sync(0, lm.model.state_dict())
     pool.collect(options, seed=0)  # warm-up round: actors start, weights arrive
     start = time.perf_counter()
@@ -61,7 +60,9 @@ def main() -> None:
 
     torch.manual_seed(0)
     lm = LM.new(default_tokenizer(), LMConfig())  # untrained default size: every turn runs long
-    config = PPOConfig(env=args.env, tasks_per_iter=args.episodes, group_size=1, max_turns=args.max_turns)
+    config = PPOConfig.from_flat(
+        env=args.env, tasks_per_iter=args.episodes, group_size=1, max_turns=args.max_turns
+    )
     options = [{"task_index": i} for i in range(args.episodes)]
     rows = [
         ("in-process, 1 thread", in_process(config, lm, options, args.rounds, threads=1)),

@@ -1,4 +1,4 @@
-"""Sampler throughput: rehearsal_gym.sampling.sample vs transformers' model.generate.
+"""Sampler throughput: rehearsal_gym.core.sampling.sample vs transformers' model.generate.
 
 Same model, batch, prompt and number of new tokens (no early stop), both sampling at
 temperature 1 on CPU. Prints tokens/s of each and their ratio.
@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from rehearsal_gym.demos import corpus_texts, record_oracle_episodes
-from rehearsal_gym.model import LM, LMConfig
-from rehearsal_gym.sampling import sample
-from rehearsal_gym.tokenizer import train_tokenizer
+from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.core.sampling import sample
+from rehearsal_gym.core.tokenizer import train_tokenizer
+from rehearsal_gym.rehearsal.demos import corpus_texts, record_oracle_episodes
 
 
 def main() -> None:

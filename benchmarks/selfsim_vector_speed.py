@@ -16,8 +16,8 @@ import gymnasium as gym
 import torch
 
 import rehearsal_gym  # noqa: F401
+from rehearsal_gym.core.model import LM, LMConfig
 from rehearsal_gym.defaults import default_tokenizer
-from rehearsal_gym.model import LM, LMConfig
 
 
 def main() -> None:

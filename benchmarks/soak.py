@@ -16,10 +16,10 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from rehearsal_gym.envs import REAL_ENV_IDS
 
 import rehearsal_gym  # noqa: F401
-from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.rollout import random_turn
+from rehearsal_gym.core.rollout import random_turn
 
 
 def rss_mb() -> float:

@@ -24,7 +24,9 @@ TINY = dict(iterations=2, tasks_per_iter=2, group_size=3, epochs=2, minibatch_si
 RUNS = {
     "group": dict(kl_coef=0.05, ent_coef=0.01),
     "gae": dict(advantage="gae", ent_coef=0.01, negative_weight=0.5),
-    "replace-env-role": dict(env="Retail-v0", rehearse="replace", group_minibatches=True, scale_advantages=True),
+    "replace-env-role": dict(
+        env="Retail-v0", rehearse="replace", group_minibatches=True, scale_advantages=True
+    ),
     "wrap-grounding": dict(rehearse="wrap", grounding_coef=0.5, train_env_role=True, kl_clamp=5.0),
     "skill-hints": dict(env="Finance-v0", skill_hints=True, lambda_opd=0.5, loss_reduction="sequence"),
     "curriculum-frozen": dict(

@@ -6,10 +6,12 @@ from .function_calling import FunctionCallingEnv, FunctionCallingFamily
 from .retail import RetailEnv, RetailFamily
 
 ENV_IDS = {"ToolCall-v0": FunctionCallingEnv, "Retail-v0": RetailEnv, "Finance-v0": FinanceEnv}
-"""Registered id -> env class of every real tool environment."""
+"""Registered id -> env class of every real tool environment (the one registry of env ids)."""
+REAL_ENV_IDS = tuple(ENV_IDS)
 
 __all__ = [
     "ENV_IDS",
+    "REAL_ENV_IDS",
     "Backend",
     "Family",
     "FinanceEnv",

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rehearsal_gym.protocol import (
+from rehearsal_gym.core.protocol import (
     MAX_TURN_CHARS,
     USAGE,
     ParseError,
@@ -258,7 +258,7 @@ class ToolEnv(gym.Env[str, str]):
     The agent keeps the conversation; `render()` shows all of it.
 
     ## Action
-    Text: ``CALL <tool> {json arguments}`` or ``ANSWER <text>`` (see `rehearsal_gym.protocol`).
+    Text: ``CALL <tool> {json arguments}`` or ``ANSWER <text>`` (see `rehearsal_gym.core.protocol`).
     Any string is accepted; a malformed one never raises.
 
     ## Reward

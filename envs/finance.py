@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rehearsal_gym.protocol import ToolCall, ToolSpec, format_answer, format_call
+from rehearsal_gym.core.protocol import ToolCall, ToolSpec, format_answer, format_call
 
-from .base import Backend, Family, Task, ToolEnv, ToolError
+from .base import Family, Task, ToolEnv, ToolError
+from .sqlite import SQLiteBackend
 
 SYMBOLS = ("ACME", "BOLT", "CRUX", "DYNA", "EPIC", "FLUX")
 N_DAYS = 10
@@ -71,16 +71,16 @@ def trading_days(world_seed: int) -> list[str]:
     return days
 
 
-class Book(Backend):
-    """A private in-memory SQLite book generated from a seed. Bound parameters only."""
+class Book(SQLiteBackend):
+    """An in-memory SQLite book generated from a seed (`SQLiteBackend`)."""
 
     tools = TOOLS
+    schema = SCHEMA
 
     def __init__(self, world_seed: int, holdings: Mapping[str, Mapping[str, int]] | None = None) -> None:
         """`holdings` ({account: {symbol: qty}}) overrides generated quantities of existing accounts
         (the facts a rehearsed agent was shown, see `FinanceFamily.shown_task`)."""
-        self.conn = sqlite3.connect(":memory:")
-        self.conn.executescript(SCHEMA)
+        super().__init__()
         rng = np.random.default_rng(world_seed)
         self.days = trading_days(world_seed)
         for symbol in SYMBOLS:
@@ -104,9 +104,6 @@ class Book(Backend):
                     )
                     self.conn.execute("INSERT INTO holdings VALUES (?, ?, ?)", (account, symbol, int(qty)))
         self.conn.commit()
-
-    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return self.conn.execute(sql, params).fetchall()
 
     def _close(self, symbol: str, date: str) -> float:
         if symbol not in SYMBOLS:
@@ -180,9 +177,6 @@ class Book(Backend):
             "holdings": [list(r) for r in self.query("SELECT * FROM holdings WHERE qty > 0 ORDER BY 1, 2")],
             "transactions": [list(r) for r in self.query("SELECT * FROM transactions ORDER BY id")],
         }
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 class FinanceFamily(Family):

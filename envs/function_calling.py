@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rehearsal_gym.protocol import ToolCall, ToolSpec, format_answer, format_call
+from rehearsal_gym.core.protocol import ToolCall, ToolSpec, format_answer, format_call
 
 from .base import Backend, Family, Task, ToolEnv, ToolError
 

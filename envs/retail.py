@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from rehearsal_gym.protocol import ToolCall, ToolSpec, format_answer, format_call
+from rehearsal_gym.core.protocol import ToolCall, ToolSpec, format_answer, format_call
 
-from .base import Backend, Family, Task, ToolEnv, ToolError
+from .base import Family, Task, ToolEnv, ToolError
+from .sqlite import SQLiteBackend
 
 STATUSES = ("pending", "processing", "shipped", "delivered", "cancelled")
 REASONS = ("no_longer_needed", "ordered_by_mistake")
@@ -85,16 +86,16 @@ CREATE TABLE refunds (item_id TEXT PRIMARY KEY REFERENCES items(id), order_id TE
 """
 
 
-class RetailDB(Backend):
-    """A private in-memory SQLite database, generated from a seed. Bound parameters only."""
+class RetailDB(SQLiteBackend):
+    """An in-memory SQLite database, generated from a seed (`SQLiteBackend`)."""
 
     tools = TOOLS
+    schema = SCHEMA
 
     def __init__(self, world_seed: int, statuses: Mapping[str, str] | None = None) -> None:
         """`statuses`: order id -> status overriding the generated ones (ids not in the world and
         unknown statuses are ignored)."""
-        self.conn = sqlite3.connect(":memory:")
-        self.conn.executescript(SCHEMA)
+        super().__init__()
         rng = np.random.default_rng(world_seed)
         n_customers = int(rng.integers(3, 6))
         names = rng.choice(len(FIRST), size=n_customers, replace=False)
@@ -189,17 +190,10 @@ class RetailDB(Backend):
             self.conn.execute("UPDATE orders SET address = ? WHERE id = ?", (a["address"], order_id))
         return {"order_id": order_id, "address": a["address"]}
 
-    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        """Read-only access for the task generator and oracle (bound parameters)."""
-        return self.conn.execute(sql, params).fetchall()
-
     def state(self) -> dict[str, list]:
         orders = self.query("SELECT id, status, address, cancel_reason FROM orders ORDER BY id")
         refunds = self.query("SELECT item_id, order_id, amount FROM refunds ORDER BY item_id")
         return {"orders": [list(r) for r in orders], "refunds": [list(r) for r in refunds]}
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 ALLOWED = {"cancel": ("pending",), "refund": ("delivered",), "address": ("pending", "processing")}

@@ -10,10 +10,10 @@ import argparse
 
 from sb3_contrib import MaskablePPO
 
+from rehearsal_gym.adapters.sb3 import MaskableLMPolicy, evaluate_success
+from rehearsal_gym.adapters.token_env import TokenEnv
 from rehearsal_gym.defaults import default_lm
-from rehearsal_gym.sb3 import MaskableLMPolicy, evaluate_success
-from rehearsal_gym.selfsim import SelfSimEnv
-from rehearsal_gym.token_env import TokenEnv
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="Finance-v0")

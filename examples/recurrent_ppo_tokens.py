@@ -11,8 +11,8 @@ import argparse
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rehearsal_gym.sb3 import evaluate_success
-from rehearsal_gym.token_env import TokenEnv
+from rehearsal_gym.adapters.sb3 import evaluate_success
+from rehearsal_gym.adapters.token_env import TokenEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="Retail-v0")

@@ -9,9 +9,9 @@ import argparse
 
 from stable_baselines3 import PPO
 
+from rehearsal_gym.adapters.sb3 import LMPolicy, evaluate_success
+from rehearsal_gym.adapters.token_env import TokenEnv
 from rehearsal_gym.defaults import default_lm
-from rehearsal_gym.sb3 import LMPolicy, evaluate_success
-from rehearsal_gym.token_env import TokenEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="ToolCall-v0")

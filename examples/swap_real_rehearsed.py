@@ -13,9 +13,9 @@ import gymnasium as gym
 from sb3_contrib import MaskablePPO
 
 import rehearsal_gym  # noqa: F401 - registers the env ids
+from rehearsal_gym.adapters.sb3 import MaskableLMPolicy, evaluate_success
+from rehearsal_gym.adapters.token_env import TokenEnv
 from rehearsal_gym.defaults import default_lm
-from rehearsal_gym.sb3 import MaskableLMPolicy, evaluate_success
-from rehearsal_gym.token_env import TokenEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--env", default="ToolCall-v0")

@@ -13,14 +13,13 @@ __version__ = "0.1.0"
 
 
 def _register() -> None:
-    for env_id, entry in {
-        "ToolCall-v0": "rehearsal_gym.envs.function_calling:FunctionCallingEnv",
-        "Retail-v0": "rehearsal_gym.envs.retail:RetailEnv",
-        "Finance-v0": "rehearsal_gym.envs.finance:FinanceEnv",
-        "SelfSim-v0": "rehearsal_gym.selfsim:SelfSimEnv",
-    }.items():
+    from rehearsal_gym.envs import ENV_IDS
+
+    entries = {env_id: f"{cls.__module__}:{cls.__qualname__}" for env_id, cls in ENV_IDS.items()}
+    entries["SelfSim-v0"] = "rehearsal_gym.rehearsal.selfsim:SelfSimEnv"
+    for env_id, entry in entries.items():
         if env_id not in gym.registry:
-            vector = "rehearsal_gym.selfsim:SelfSimVectorEnv" if env_id == "SelfSim-v0" else None
+            vector = "rehearsal_gym.rehearsal.selfsim:SelfSimVectorEnv" if env_id == "SelfSim-v0" else None
             gym.register(env_id, entry_point=entry, vector_entry_point=vector, max_episode_steps=None)
 
 
@@ -30,11 +29,11 @@ _register()
 def __getattr__(name: str):
     # the model code imports torch and transformers: loaded on first use, not on `import rehearsal_gym`
     if name == "default_lm":
-        from .defaults import default_lm
+        from rehearsal_gym.defaults import default_lm
 
         return default_lm
     if name == "LM":
-        from .model import LM
+        from rehearsal_gym.core.model import LM
 
         return LM
     raise AttributeError(f"module 'rehearsal_gym' has no attribute {name!r}")

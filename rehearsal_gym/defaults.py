@@ -1,4 +1,4 @@
-"""The embedded default model: where it is found, and the tokenizer trained on the envs' own text.
+"""The embedded default model: where it is found and how a model argument is resolved.
 
 The package ships the trained default (``rehearsal_gym/assets/default``: weights, tokenizer, config
 and ``manifest.json`` with the warm-start config key, the held-out success it reached and the command
@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import AutoTokenizer
 
-from .atomic import atomic_directory
-
 if TYPE_CHECKING:
-    from .model import LM
+    from rehearsal_gym.core.model import LM
 
-TOKENIZER_VERSION = "2"
-"""Bump when the corpus or tokenizer settings change; cached tokenizers are keyed by it."""
-REAL_ENV_IDS = ("ToolCall-v0", "Retail-v0", "Finance-v0")
 ASSETS = Path(__file__).parent / "assets"
 SHIPPED_DEFAULT = ASSETS / "default"
 """The trained default shipped as package data."""
@@ -68,14 +63,14 @@ def default_manifest() -> dict[str, Any]:
 
 def default_lm() -> LM:
     """The embedded default model (trained), by the rule in this module's docstring."""
-    from .model import LM
+    from rehearsal_gym.core.model import LM
 
     return LM.load(default_model_dir())
 
 
 def resolve_lm(model: LM | str | os.PathLike | None) -> LM:
     """An `LM` from an `LM`, a local model directory, or None (the default model)."""
-    from .model import LM
+    from rehearsal_gym.core.model import LM
 
     if isinstance(model, LM):
         return model
@@ -89,20 +84,3 @@ def resolve_lm(model: LM | str | os.PathLike | None) -> LM:
 def default_tokenizer():
     """The default model's tokenizer."""
     return AutoTokenizer.from_pretrained(default_model_dir())
-
-
-def build_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
-    """Train the default tokenizer on oracle episodes of the train splits (cached per settings).
-
-    The warm start trains from this, so that retraining the default starts from nothing shipped."""
-    from .demos import corpus_texts, record_oracle_episodes  # envs are needed only to build it
-    from .tokenizer import train_tokenizer
-
-    path = cache_dir() / f"tokenizer-v{TOKENIZER_VERSION}-{vocab_size}-{tasks_per_env}"
-    if (path / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(path)
-    demos = [d for env_id in REAL_ENV_IDS for d in record_oracle_episodes(env_id, range(tasks_per_env))]
-    tokenizer = train_tokenizer(corpus_texts(demos), vocab_size=vocab_size)
-    with atomic_directory(path) as tmp:
-        tokenizer.save_pretrained(tmp)
-    return AutoTokenizer.from_pretrained(path)

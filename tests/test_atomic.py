@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from rehearsal_gym.atomic import atomic_directory, recover
+from rehearsal_gym.core.atomic import atomic_directory, recover
 
 
 def test_crash_inside_keeps_the_previous_directory(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 
 def test_demo_shows_the_table_the_swap_and_fidelity(tiny_lm, tmp_path, capsys):
-    from rehearsal_gym.demo import run_demo
+    from rehearsal_gym.cli.demo import run_demo
 
     small = {"tasks_per_iter": 1, "group_size": 2, "minibatch_size": 2}
     result = run_demo(
@@ -49,10 +49,10 @@ def test_every_cli_option_has_a_help_line():
         for action in command._actions:
             if action.option_strings and action.dest != "help":
                 assert action.help and action.help.strip(), f"{name} {action.option_strings[0]}"
-    from rehearsal_gym.agents.ppo import PPOConfig
+    from rehearsal_gym.agents.config import PPOConfig
 
     printed = commands.choices["train"].format_help()
-    for field in PPOConfig.__dataclass_fields__:
+    for field in PPOConfig().flat():
         assert "--" + field.replace("_", "-") in printed
     assert "(default: 2e-05)" in printed  # the default of --lr is shown
 
@@ -114,9 +114,10 @@ def test_train_smoke_writes_results_and_resumes(tiny_lm, tmp_path):
 
 
 def test_train_options_mirror_the_config():
-    from rehearsal_gym.agents.ppo import PPOConfig
+    from rehearsal_gym.agents.config import PPOConfig
 
     from rehearsal_gym.cli import build_parser
+    from rehearsal_gym.cli.options import config_from_args
 
     args = build_parser().parse_args(
         [
@@ -133,14 +134,14 @@ def test_train_options_mirror_the_config():
             "0.2",
         ]
     )
-    config = PPOConfig(**{k: getattr(args, k) for k in PPOConfig.__dataclass_fields__})
-    assert (config.temperature, config.skill_hints, config.advantage, config.kl_coef) == (
+    config = config_from_args(PPOConfig, args)
+    assert (config.ppo.temperature, config.skills.skill_hints, config.ppo.advantage, config.ppo.kl_coef) == (
         0.7,
         True,
         "gae",
         0.05,
     )
-    assert config.train_env_role is False and config.lambda_opd == 0.2
+    assert config.rehearsal.train_env_role is False and config.skills.lambda_opd == 0.2
 
 
 def test_cli_config_error_names_the_field():
@@ -170,7 +171,7 @@ def test_cli_config_error_names_the_field():
 
 
 def test_analyst_config_overrides_reach_the_config():
-    from rehearsal_gym.analyst import AnalystConfig, analyst_config
+    from rehearsal_gym.training.analyst import AnalystConfig, analyst_config
 
     assert analyst_config("") == analyst_config("default") == AnalystConfig()
     config = analyst_config("oracle_tasks_per_env=2000,oracle_fraction=1,steps=2000")
@@ -181,8 +182,9 @@ def test_analyst_config_overrides_reach_the_config():
 
 
 def test_warmstart_options_reach_the_config_and_are_validated():
-    from rehearsal_gym.cli import _warmstart_command_config, build_parser
-    from rehearsal_gym.warmstart import WarmStartConfig
+    from rehearsal_gym.cli import build_parser
+    from rehearsal_gym.cli.commands import _warmstart_command_config
+    from rehearsal_gym.training.warmstart import WarmStartConfig
 
     parse = build_parser().parse_args
     args = parse(["warmstart", "--polish-steps", "9000", "--polish-tasks-per-env", "6000"])
@@ -205,7 +207,7 @@ def test_warmstart_options_reach_the_config_and_are_validated():
 
 
 def test_eval_compares_named_models_on_the_same_offset_tasks(tiny_lm, tmp_path):
-    from rehearsal_gym.rollout import evaluate
+    from rehearsal_gym.core.rollout import evaluate
 
     tiny_lm.save(tmp_path / "model")
     cmd = [sys.executable, "-m", "rehearsal_gym.cli", "eval", "--envs", "Finance-v0", "--tasks", "3"]

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rehearsal_gym.consistency import (
+from rehearsal_gym.core.protocol import ToolCall, format_answer, format_call
+from rehearsal_gym.rehearsal.consistency import (
     align,
     consistent_answer,
     in_request,
@@ -16,8 +17,7 @@ from rehearsal_gym.consistency import (
     substitute,
     value_key,
 )
-from rehearsal_gym.protocol import ToolCall, format_answer, format_call
-from rehearsal_gym.selfsim import SelfSimEnv
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 CHAIN_REQUEST = "Add 87 and 90, multiply the sum by 5, then take 6% of that."
 CHAIN = [
@@ -301,11 +301,11 @@ def json_text(value) -> str:
 
 def test_trainer_envs_use_the_configured_verifier(tiny_lm):
     from rehearsal_gym.agents import PPOConfig
-    from rehearsal_gym.agents.ppo import make_train_envs
+    from rehearsal_gym.agents.train_envs import make_train_envs
 
     with pytest.raises(ValueError, match="rehearsal_verifier"):
-        PPOConfig(rehearse="replace", rehearsal_verifier="lenient")
-    config = PPOConfig(
+        PPOConfig.from_flat(rehearse="replace", rehearsal_verifier="lenient")
+    config = PPOConfig.from_flat(
         env="Finance-v0", rehearse="replace", rehearsal_verifier="consistent", premise_redraws=2
     )
     (env,) = make_train_envs(config, tiny_lm, 1)
@@ -457,7 +457,7 @@ def test_premise_breaks_names_the_requested_record_a_shown_result_lacks_or_repea
 
 def _scripted_world(env, texts):
     """Make `env`'s environment role write `texts` in order, one per draw; returns the draw log."""
-    from rehearsal_gym.sampling import Samples
+    from rehearsal_gym.core.sampling import Samples
 
     drawn = []
 
@@ -505,20 +505,20 @@ def test_selfsim_draws_an_account_again_until_it_holds_the_requested_symbol(tiny
 
 def test_world_temperature_samples_the_untrained_environment_role(tiny_lm):
     from rehearsal_gym.agents import PPOConfig
-    from rehearsal_gym.agents.ppo import make_train_envs
+    from rehearsal_gym.agents.train_envs import make_train_envs
 
     frozen = dict(rehearse="replace", rehearsal_world="frozen", train_env_role=False, temperature=0.7)
-    (env,) = make_train_envs(PPOConfig(**frozen), tiny_lm, 1)
+    (env,) = make_train_envs(PPOConfig.from_flat(**frozen), tiny_lm, 1)
     assert env.temperature == 0.7  # 0 (default): the agent's temperature
-    (env,) = make_train_envs(PPOConfig(**frozen, world_temperature=0.1), tiny_lm, 1)
+    (env,) = make_train_envs(PPOConfig.from_flat(**frozen, world_temperature=0.1), tiny_lm, 1)
     assert env.temperature == 0.1
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="world_temperature"):
-            PPOConfig(**frozen, world_temperature=bad)
+            PPOConfig.from_flat(**frozen, world_temperature=bad)
     # a trained environment role must be sampled at the temperature its log-probs are taken at
     with pytest.raises(ValueError, match="world_temperature.*no-train-env-role"):
-        PPOConfig(rehearse="replace", world_temperature=0.1)
-    PPOConfig(world_temperature=0.1)  # real env: no environment role, nothing to check
+        PPOConfig.from_flat(rehearse="replace", world_temperature=0.1)
+    PPOConfig.from_flat(world_temperature=0.1)  # real env: no environment role, nothing to check
 
 
 def test_premise_redraws_is_validated(tiny_lm):
@@ -528,7 +528,7 @@ def test_premise_redraws_is_validated(tiny_lm):
     from rehearsal_gym.agents import PPOConfig
 
     with pytest.raises(ValueError, match="premise_redraws"):
-        PPOConfig(premise_redraws=-1)
+        PPOConfig.from_flat(premise_redraws=-1)
 
 
 def test_a_value_is_in_the_request_only_as_a_whole_token():

@@ -2,9 +2,9 @@ import json
 import math
 
 import pytest
+from rehearsal_gym.envs import REAL_ENV_IDS
 
 from rehearsal_gym.defaults import (
-    REAL_ENV_IDS,
     SHIPPED_DEFAULT,
     default_lm,
     default_manifest,
@@ -47,7 +47,7 @@ def test_a_missing_shipped_default_says_how_to_get_one(monkeypatch, tmp_path):
 
 
 def test_write_manifest_records_config_figures_and_command(tiny_lm, tmp_path):
-    from rehearsal_gym.warmstart import WarmStartConfig, write_manifest
+    from rehearsal_gym.training.warmstart import WarmStartConfig, write_manifest
 
     tiny_lm.save(tmp_path)
     config = WarmStartConfig(steps=5)
@@ -65,7 +65,7 @@ def test_the_shipped_default_reaches_its_manifest_figures():
 
     Evaluation is greedy, so on the same machine it repeats exactly; the tolerance (3 standard
     errors of a rate on 100 tasks, at least 2 tasks) leaves room for other CPUs' float rounding."""
-    from rehearsal_gym.rollout import evaluate
+    from rehearsal_gym.core.rollout import evaluate
 
     lm = default_lm()
     for env_id, figure in default_manifest()["held_out"].items():

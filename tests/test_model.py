@@ -2,9 +2,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from rehearsal_gym.model import LM, LMConfig
-from rehearsal_gym.sampling import sample, score
-from rehearsal_gym.tokenizer import ROLE_TOKENS, SPECIAL_TOKENS
+from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.core.sampling import sample, score
+from rehearsal_gym.core.tokenizer import ROLE_TOKENS, SPECIAL_TOKENS
 
 
 def _prompts(lm):
@@ -144,7 +144,7 @@ def test_lm_config_validation():
 
 
 def test_build_tokenizer_is_cached(tmp_path, monkeypatch):
-    from rehearsal_gym.defaults import build_tokenizer
+    from rehearsal_gym.training.warmstart import build_tokenizer
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
     first = build_tokenizer(vocab_size=500, tasks_per_env=10)

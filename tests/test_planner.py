@@ -2,8 +2,8 @@ import gymnasium as gym
 import pytest
 from rehearsal_gym.envs.base import to_observation
 
-from rehearsal_gym.planner import RehearsalConfig, RehearsalPlanner
-from rehearsal_gym.rollout import run_episodes
+from rehearsal_gym.core.rollout import run_episodes
+from rehearsal_gym.rehearsal.planner import RehearsalConfig, RehearsalPlanner
 
 
 def test_budget_zero_is_the_greedy_policy(tiny_lm):

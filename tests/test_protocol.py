@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rehearsal_gym.protocol import (
+from rehearsal_gym.core.protocol import (
     MAX_TURN_CHARS,
     FinalAnswer,
     ParseError,

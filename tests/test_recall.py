@@ -1,7 +1,7 @@
 from types import SimpleNamespace
 
-from rehearsal_gym.demos import Demo, record_oracle_episodes
-from rehearsal_gym.recall import copied_values, recall_counts
+from rehearsal_gym.rehearsal.demos import Demo, record_oracle_episodes
+from rehearsal_gym.rehearsal.recall import copied_values, recall_counts
 
 
 def _values(demo: Demo) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rehearsal_gym.report import paired_sign_test, write_table
+from rehearsal_gym.core.report import paired_sign_test, write_table
 
 
 def test_sign_test_counts_only_changed_tasks():
@@ -58,7 +58,7 @@ def test_write_table_writes_csv_and_markdown(tmp_path):
 
 
 def test_seed_tables_mean_over_seeds_and_keep_the_paired_test():
-    from rehearsal_gym.report import seed_tables
+    from rehearsal_gym.core.report import seed_tables
 
     columns = {"real": "PPO real", "rehearsed": "PPO rehearsed", "seed": "PPO + SEED"}
     results = {
@@ -97,7 +97,7 @@ def _result(outcomes, templates, env="Retail-v0", first_task=0):
 
 
 def test_comparison_rows_pair_every_model_with_the_first():
-    from rehearsal_gym.report import comparison_rows
+    from rehearsal_gym.core.report import comparison_rows
 
     templates = ["cancel", "status", "status", "cancel"]
     rows = comparison_rows(
@@ -117,7 +117,7 @@ def test_comparison_rows_pair_every_model_with_the_first():
 
 
 def test_comparison_rows_refuse_evaluations_of_other_tasks():
-    from rehearsal_gym.report import comparison_rows
+    from rehearsal_gym.core.report import comparison_rows
 
     a = _result([1, 0], ["x", "y"])
     with pytest.raises(ValueError, match="other tasks"):

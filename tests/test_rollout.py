@@ -4,7 +4,7 @@ import gymnasium as gym
 import torch
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.rollout import run_episodes
+from rehearsal_gym.core.rollout import run_episodes
 
 
 def _sampled(lm, seed):

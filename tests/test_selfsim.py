@@ -8,8 +8,8 @@ import torch
 from gymnasium.utils.env_checker import check_env
 from rehearsal_gym.envs.base import state_hash
 
-from rehearsal_gym.model import LM
-from rehearsal_gym.selfsim import SelfSimEnv, fidelity, result_error
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv, fidelity, result_error
 
 
 class _Out(dict):
@@ -68,7 +68,7 @@ def test_replace_mode_never_touches_the_backend(tiny_lm):
 
 
 def _real_result(env, turn):
-    from rehearsal_gym.protocol import parse_turn
+    from rehearsal_gym.core.protocol import parse_turn
 
     backend = env.family.make_backend(env.task)
     try:
@@ -84,7 +84,7 @@ def test_wrap_mode_reports_both_results_and_fidelity(tiny_lm):
     assert json.loads(obs) == {"result": 4} and info["imagined"]
     assert info["real_result"] == {"result": 3}
     assert info["fidelity"] == {"exact": 0.0, "field_accuracy": 0.0, "hallucinated_fields": 0.0}
-    assert info["env_role"]["ids"] == tiny_lm.encode('{"result": 4}') + [tiny_lm.end_id]
+    assert list(info["env_role"].ids) == tiny_lm.encode('{"result": 4}') + [tiny_lm.end_id]
 
 
 def test_mixed_mode_follows_p_real(tiny_lm):
@@ -123,7 +123,7 @@ def test_world_seed_fixes_the_imagined_world(tiny_lm):
         env = SelfSimEnv("Finance-v0", model=tiny_lm, max_result_tokens=24, bank_tasks=5)
         opts = {"task_index": 3} if world_seed is None else {"task_index": 3, "world_seed": world_seed}
         env.reset(seed=reset_seed, options=opts)
-        return tuple(env.step(call)[4]["env_role"]["ids"])  # the sampled result (untrained: noise)
+        return tuple(env.step(call)[4]["env_role"].ids)  # the sampled result (untrained: noise)
 
     # the same world seed answers the same call alike, whatever the env's own seed
     assert imagined(7, reset_seed=1) == imagined(7, reset_seed=2)
@@ -222,24 +222,24 @@ def test_vector_env_is_reproducible(tiny_lm):
 
 
 def test_record_and_replay_cache(tiny_lm, tmp_path):
-    from rehearsal_gym.selfsim import ImaginationCache
+    from rehearsal_gym.rehearsal.selfsim import ImaginationCache
 
     cache = ImaginationCache()
     env = SelfSimEnv("ToolCall-v0", model=tiny_lm, max_result_tokens=12, bank_tasks=5, cache=cache)
     env.reset(seed=4)
-    first = env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"]["ids"]
+    first = env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"].ids
     assert len(cache) == 1
     cache.save(tmp_path / "imagined.jsonl")
     replay = ImaginationCache(tmp_path / "imagined.jsonl")
     other = LM.new(tiny_lm.tokenizer, seed=1)  # different weights: the replay must not sample
     env = SelfSimEnv("ToolCall-v0", model=other, max_result_tokens=12, bank_tasks=5, cache=replay)
     env.reset(seed=4)
-    assert env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"]["ids"] == first and replay.hits == 1
+    assert env.step('CALL add {"a": 1, "b": 2}')[-1]["env_role"].ids == first and replay.hits == 1
     assert len(env.bank) == len(SelfSimEnv("ToolCall-v0", model=tiny_lm, bank_tasks=5).bank)
 
 
 def test_branched_rehearsal(tiny_lm):
-    from rehearsal_gym.branching import BranchedRehearsalEnv
+    from rehearsal_gym.rehearsal.branching import BranchedRehearsalEnv
 
     texts = ['{"weekday": "Monday"}'] * 10
     env = BranchedRehearsalEnv(
@@ -259,7 +259,7 @@ def test_branched_rehearsal(tiny_lm):
 
 
 def test_measure_fidelity_rows_per_family_and_template(tiny_lm):
-    from rehearsal_gym.fidelity import measure_fidelity
+    from rehearsal_gym.rehearsal.fidelity import measure_fidelity
 
     rows = measure_fidelity(tiny_lm, "ToolCall-v0", 6, batch_size=3, temperature=0.5, by_template=True)
     family, templates = rows[0], rows[1:]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rehearsal_gym.demos import (
+from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.rehearsal.demos import (
     agent_sequence,
     copy_drills,
     env_role_prompts,
@@ -15,14 +16,12 @@ from rehearsal_gym.demos import (
     record_oracle_episodes,
     result_bank,
 )
-from rehearsal_gym.model import LM, LMConfig
-from rehearsal_gym.warmstart import (
+from rehearsal_gym.training.sft import collate, masked_lm_loss
+from rehearsal_gym.training.warmstart import (
     WarmStartConfig,
-    _batch,
     drill_accuracy,
     ground_world,
     main_phase_config,
-    masked_lm_loss,
     polish,
     polish_cached_main_phase,
     polish_tasks,
@@ -308,8 +307,8 @@ def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
     """Retraining the default config gets no family more than 10 points below the shipped model's
     manifest (trainings on other machines and library versions differ, by more than that on some
     families). Opt in with -m slow (about an hour on 2 CPU cores)."""
+    from rehearsal_gym.core.rollout import evaluate
     from rehearsal_gym.defaults import SHIPPED_DEFAULT
-    from rehearsal_gym.rollout import evaluate
 
     monkeypatch.setenv("REHEARSAL_GYM_HOME", str(tmp_path))
     manifest = json.loads((SHIPPED_DEFAULT / "manifest.json").read_text())
@@ -318,8 +317,8 @@ def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
     for env_id, figure in manifest["held_out"].items():
         assert evaluate(lm, env_id, figure["tasks"])["success"] >= figure["success"] - 0.1, env_id
     # the environment role writes usable results
-    from rehearsal_gym.rollout import run_episodes
-    from rehearsal_gym.selfsim import SelfSimEnv
+    from rehearsal_gym.core.rollout import run_episodes
+    from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
     envs = [SelfSimEnv("Finance-v0", model=lm, split="train", temperature=0.7) for _ in range(32)]
     episodes = run_episodes(lm, envs, [{"task_index": i} for i in range(32)], seed=0)
@@ -330,7 +329,7 @@ def test_default_warm_start_reaches_held_out_threshold(tmp_path, monkeypatch):
 
 def test_build_examples_draws_drills_first_so_cached_configs_keep_their_data(tiny_lm):
     # a cached warm start is found by its config's key: the same config must build the same data
-    from rehearsal_gym.warmstart import build_examples
+    from rehearsal_gym.training.warmstart import build_examples
 
     config = WarmStartConfig(envs=("Retail-v0",), tasks_per_env=6, copy_drills=10)
     _, drills = build_examples(tiny_lm, config)
@@ -349,7 +348,7 @@ def test_ground_world_fits_the_environment_role_to_real_results(tiny_lm):
 
     def env_role_loss() -> float:
         with torch.no_grad():
-            ids, attn, mask = _batch(held, range(len(held)), lm.pad_id)
+            ids, attn, mask = collate(held, range(len(held)), lm.pad_id)
             return masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, mask).item()
 
     before, logs = env_role_loss(), []

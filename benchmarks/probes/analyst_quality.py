@@ -9,7 +9,7 @@ the analyst's training target), and that name the label's workflow (the text bef
 
     python benchmarks/probes/analyst_quality.py --model DIR --out runs/analyst
     python benchmarks/probes/analyst_quality.py --model DIR --variant default lr=3e-4,oracle_fraction=1.0 --out runs/analyst
-    python benchmarks/probes/analyst_quality.py --model DIR --analyst ~/.cache/rehearsal_gym/analyst-XXXX --eval-tasks 0
+    python benchmarks/probes/analyst_quality.py --model DIR --analyst ~/.cache/rehearsal_gym/training/analyst-XXXX --eval-tasks 0
 
 Writes OUT/analyst_quality.csv and .md.
 """
@@ -24,11 +24,11 @@ from pathlib import Path
 import gymnasium as gym
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.analyst import AnalystConfig, analyse, analyst_config, load_or_train_analyst
-from rehearsal_gym.model import LM
-from rehearsal_gym.report import write_table
-from rehearsal_gym.rollout import evaluate, run_episodes
-from rehearsal_gym.skills import Skill, label_skill
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.report import write_table
+from rehearsal_gym.core.rollout import evaluate, run_episodes
+from rehearsal_gym.training.analyst import AnalystConfig, analyse, analyst_config, load_or_train_analyst
+from rehearsal_gym.training.skills import Skill, label_skill
 
 ENVS = ("ToolCall-v0", "Finance-v0")
 

@@ -29,12 +29,13 @@ from typing import Any
 from rehearsal_gym.envs.finance import Book, FinanceEnv
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.demos import record_oracle_episodes, result_bank
-from rehearsal_gym.model import LM
-from rehearsal_gym.protocol import ToolCall
-from rehearsal_gym.report import write_table
-from rehearsal_gym.rollout import run_episodes
-from rehearsal_gym.selfsim import SelfSimEnv
+from rehearsal_gym.cli.options import named_paths
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.protocol import ToolCall
+from rehearsal_gym.core.report import write_table
+from rehearsal_gym.core.rollout import run_episodes
+from rehearsal_gym.rehearsal.demos import record_oracle_episodes, result_bank
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 COLUMNS = (
     "episodes",
@@ -123,10 +124,11 @@ def main() -> int:
     bank = result_bank(record_oracle_episodes("Finance-v0", range(40)))
     world = LM.load(args.world) if args.world else None
     rows = []
-    for spec in args.model:
-        name, _, path = spec.partition("=")
-        if not path:
-            parser.error(f"--model takes NAME=DIR, got {spec!r}")
+    try:
+        models = named_paths(args.model, "--model", require_name=True)
+    except ValueError as e:
+        parser.error(str(e))
+    for name, path in models.items():
         lm = LM.load(path)
         total: collections.Counter = collections.Counter()
         for s in range(0, len(tasks), 32):

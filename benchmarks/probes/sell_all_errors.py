@@ -21,10 +21,11 @@ import gymnasium as gym
 from rehearsal_gym.envs.finance import Book, FinanceEnv
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.model import LM
-from rehearsal_gym.protocol import ToolCall, parse_turn
-from rehearsal_gym.report import write_table
-from rehearsal_gym.rollout import run_episodes
+from rehearsal_gym.cli.options import named_paths
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.protocol import ToolCall, parse_turn
+from rehearsal_gym.core.report import write_table
+from rehearsal_gym.core.rollout import run_episodes
 
 KINDS = ("ok", "ticker", "quantity", "both", "no order")
 
@@ -77,10 +78,11 @@ def main() -> int:
     family = FinanceEnv.family
     expected = {i: family.oracle_plan(family.task("test", i))[0][-1] for i, _, _ in tasks}
     rows = []
-    for spec in args.model:
-        name, _, path = spec.partition("=")
-        if not path:
-            parser.error(f"--model takes NAME=DIR, got {spec!r}")
+    try:
+        models = named_paths(args.model, "--model", require_name=True)
+    except ValueError as e:
+        parser.error(str(e))
+    for name, path in models.items():
         lm = LM.load(path)
         counts: dict[tuple[int, int], collections.Counter] = collections.defaultdict(collections.Counter)
         swaps: collections.Counter = collections.Counter()  # (requested, sold) of wrong tickers

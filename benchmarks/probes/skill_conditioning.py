@@ -6,7 +6,7 @@ each model and family: held-out success on test tasks 0..N-1 without a skill and
 workflow skill of the oracle's episode on the same task (`analyst.oracle_skill`; privileged, the best
 skill a library could hold) as a ``<|skill|>`` turn, with the paired sign test between the two.
 
-    python benchmarks/probes/skill_conditioning.py --models warm=DIR analyst=~/.cache/rehearsal_gym/analyst-XXXX \\
+    python benchmarks/probes/skill_conditioning.py --models warm=DIR analyst=~/.cache/rehearsal_gym/training/analyst-XXXX \\
         --envs ToolCall-v0 Finance-v0 --tasks 500 --out runs/skills
 
 Writes OUT/skill_conditioning.csv and .md.
@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
+from rehearsal_gym.envs import REAL_ENV_IDS
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.analyst import oracle_skill
-from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.model import LM
-from rehearsal_gym.report import paired_sign_test, write_table
-from rehearsal_gym.rollout import run_episodes
+from rehearsal_gym.cli.options import named_paths
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.report import paired_sign_test, write_table
+from rehearsal_gym.core.rollout import run_episodes
+from rehearsal_gym.training.analyst import oracle_skill
 
 
 def successes(lm: LM, env_id: str, skills: Sequence[str | None], batch: int = 32) -> list[int]:
@@ -49,12 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
-    models = {}
-    for spec in args.models:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            parser.error(f"--models takes NAME=DIR, got {spec!r}")
-        models[name] = path
+    try:
+        models = named_paths(args.models, "--models", require_name=True)
+    except ValueError as e:
+        parser.error(str(e))
     rows = []
     for env_id in args.envs:
         env = gym.make(env_id, split="test")

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
+from rehearsal_gym.envs import REAL_ENV_IDS
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
-from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.model import LM
-from rehearsal_gym.report import write_table
-from rehearsal_gym.selfsim import SelfSimEnv
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.report import write_table
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 UNUSABLE = "(unusable result)"
 

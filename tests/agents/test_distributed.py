@@ -13,7 +13,7 @@ import torch
 from rehearsal_gym.agents.distributed import RolloutWorker, StaleWeightsError
 from rehearsal_gym.agents.ppo import PPOConfig, PPOTrainer
 
-from rehearsal_gym.model import LM
+from rehearsal_gym.core.model import LM
 
 TINY = dict(tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
 
@@ -23,7 +23,7 @@ def fresh(tiny_lm):
 
 
 def test_worker_refuses_a_policy_version_it_does_not_hold(tiny_lm):
-    worker = RolloutWorker(asdict(PPOConfig(**TINY)), fresh(tiny_lm), num_envs=2)
+    worker = RolloutWorker(asdict(PPOConfig.from_flat(**TINY)), fresh(tiny_lm), num_envs=2)
     with pytest.raises(StaleWeightsError, match="version -1"):
         worker.rollout(0, [{"task_index": 0}], seed=0)
     worker.set_weights(3, tiny_lm.model.state_dict())
@@ -46,7 +46,7 @@ def ray_local():
 def _pool(tiny_lm, workers=2, **kw):
     from rehearsal_gym.agents.distributed import RayRollouts
 
-    config = PPOConfig(**{**TINY, "tasks_per_iter": 4, "rollout_workers": workers, **kw})
+    config = PPOConfig.from_flat(**{**TINY, "tasks_per_iter": 4, "rollout_workers": workers, **kw})
     return RayRollouts(config, fresh(tiny_lm))
 
 
@@ -99,7 +99,7 @@ def _sleepy_pool(tiny_lm, tmp_path, **kw):
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     SleepyWorker.marker = str(tmp_path / "sleeper")
-    config = PPOConfig(**{**TINY, "tasks_per_iter": 4, "rollout_workers": 2, **kw})
+    config = PPOConfig.from_flat(**{**TINY, "tasks_per_iter": 4, "rollout_workers": 2, **kw})
     pool = RayRollouts(config, fresh(tiny_lm), worker_cls=SleepyWorker)
     pool.sync(2, tiny_lm.model.state_dict())
     pids = [ray.get(w.pid.remote()) for w in pool.workers]
@@ -141,7 +141,7 @@ def test_a_silent_worker_is_replaced_after_the_timeout(ray_local, tiny_lm, tmp_p
 
 
 def test_trainer_with_ray_workers_trains_on_its_own_version(ray_local, tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "rollout_workers": 2}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "rollout_workers": 2}), fresh(tiny_lm))
     before = [p.detach().clone() for p in trainer.lm.model.parameters()]
     for it in range(2):
         row = trainer.train_iteration()
@@ -152,7 +152,9 @@ def test_trainer_with_ray_workers_trains_on_its_own_version(ray_local, tiny_lm):
 
 
 def test_rehearsed_rollouts_on_ray_workers(ray_local, tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "rollout_workers": 2, "rehearse": "replace"}), fresh(tiny_lm))
+    trainer = PPOTrainer(
+        PPOConfig.from_flat(**{**TINY, "rollout_workers": 2, "rehearse": "replace"}), fresh(tiny_lm)
+    )
     row = trainer.train_iteration()
     assert row["charts/env_role_sequences"] >= 0 and trainer.last_versions == [0] * 4
     trainer.close()

@@ -2,17 +2,12 @@ import copy
 
 import pytest
 import torch
-from rehearsal_gym.agents.ppo import (
-    NonFiniteLossError,
-    PPOConfig,
-    PPOTrainer,
-    RoleSequence,
-    grounding_sequences,
-    role_sequences,
-)
+from rehearsal_gym.agents.buffer import RoleSequence, RolloutBuffer, grounding_sequences, role_sequences
+from rehearsal_gym.agents.callbacks import Grounding
+from rehearsal_gym.agents.ppo import NonFiniteLossError, PPOConfig, PPOTrainer
 
-import rehearsal_gym.rollout as rollout
-from rehearsal_gym.model import LM
+import rehearsal_gym.core.rollout as rollout
+from rehearsal_gym.core.model import LM
 
 TINY = dict(iterations=2, tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
 
@@ -31,7 +26,7 @@ def test_loss_uses_exactly_the_sampled_ids(tiny_lm, monkeypatch):
         return out
 
     monkeypatch.setattr(rollout, "sample", recording_sample)
-    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
     episodes, groups = trainer.collect()
     seqs = role_sequences(episodes, groups, train_env_role=False)
     rows = {tuple(t) for round_tokens in sampled for t in round_tokens}
@@ -48,7 +43,7 @@ def test_loss_uses_exactly_the_sampled_ids(tiny_lm, monkeypatch):
 
 
 def test_update_changes_parameters_and_moves_toward_reward(tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
     ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
     good = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
     bad = ids + tiny_lm.encode("ANSWER 3") + [tiny_lm.end_id]
@@ -86,7 +81,9 @@ def test_target_kl_stops_the_round_once_the_policy_moved(tiny_lm):
 
     def run(target_kl):
         trainer = PPOTrainer(
-            PPOConfig(**{**TINY, "epochs": 4, "minibatch_size": 1, "lr": 1e-2, "target_kl": target_kl}),
+            PPOConfig.from_flat(
+                **{**TINY, "epochs": 4, "minibatch_size": 1, "lr": 1e-2, "target_kl": target_kl}
+            ),
             fresh(tiny_lm),
         )
         return trainer.update(seqs(trainer.lm))
@@ -106,7 +103,9 @@ def test_kl_clamp_keeps_one_far_token_from_taking_the_step(tiny_lm):
     mask = [0] * len(ids) + [1] * (len(full) - len(ids))
 
     def run(kl_clamp):
-        trainer = PPOTrainer(PPOConfig(**{**TINY, "kl_clamp": kl_clamp, "kl_coef": 1.0}), fresh(tiny_lm))
+        trainer = PPOTrainer(
+            PPOConfig.from_flat(**{**TINY, "kl_clamp": kl_clamp, "kl_coef": 1.0}), fresh(tiny_lm)
+        )
         with torch.no_grad():  # the policy forgets the answer's tokens; the reference keeps them
             for t in set(full[len(ids) :]):
                 trainer.lm.model.get_output_embeddings().weight[t] *= -30.0
@@ -122,7 +121,7 @@ def test_kl_clamp_keeps_one_far_token_from_taking_the_step(tiny_lm):
 
 @pytest.mark.parametrize("sampling", ["uniform", "template-variance"])
 def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path, sampling):
-    a = PPOTrainer(PPOConfig(**TINY, task_sampling=sampling), fresh(tiny_lm))
+    a = PPOTrainer(PPOConfig.from_flat(**TINY, task_sampling=sampling), fresh(tiny_lm))
     a.train_iteration()
     a.save(tmp_path / "ckpt")
     row_a = a.train_iteration()
@@ -134,7 +133,7 @@ def test_resume_gives_identical_next_iteration(tiny_lm, tmp_path, sampling):
 
 
 def test_nan_guard_keeps_last_checkpoint(tiny_lm, tmp_path):
-    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
     trainer.save(tmp_path / "ckpt")
     stamp = (tmp_path / "ckpt" / "trainer_state.json").read_text()
     ids = tiny_lm.turn("task", "x") + [tiny_lm.role_ids["agent"], 5, tiny_lm.end_id]
@@ -147,7 +146,7 @@ def test_nan_guard_keeps_last_checkpoint(tiny_lm, tmp_path):
 
 
 def test_rehearsed_training_trains_the_environment_role(tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "rehearse": "replace"}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "rehearse": "replace"}), fresh(tiny_lm))
     row = trainer.train_iteration()
     assert row["charts/env_role_sequences"] >= 0
     for env in trainer.envs:
@@ -156,7 +155,9 @@ def test_rehearsed_training_trains_the_environment_role(tiny_lm):
 
 @pytest.mark.parametrize("rehearse, shared", [("off", True), ("replace", True), ("replace", False)])
 def test_shared_worlds_give_each_task_group_one_world_seed(tiny_lm, rehearse, shared):
-    config = PPOConfig(**{**TINY, "tasks_per_iter": 3, "rehearse": rehearse, "shared_worlds": shared})
+    config = PPOConfig.from_flat(
+        **{**TINY, "tasks_per_iter": 3, "rehearse": rehearse, "shared_worlds": shared}
+    )
     trainer = PPOTrainer(config, fresh(tiny_lm))
     _, groups = trainer.collect()
     seeds = [opts.get("world_seed") for opts in trainer.last_options]
@@ -171,7 +172,7 @@ def test_shared_worlds_give_each_task_group_one_world_seed(tiny_lm, rehearse, sh
 
 
 def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_path):
-    config = PPOConfig(
+    config = PPOConfig.from_flat(
         **{**TINY, "rehearse": "replace", "rehearsal_world": "frozen", "train_env_role": False}
     )
     trainer = PPOTrainer(config, fresh(tiny_lm))
@@ -218,13 +219,13 @@ def test_frozen_world_imagines_with_the_reference_and_stays_put(tiny_lm, tmp_pat
 )
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        PPOConfig(**kwargs)
+        PPOConfig.from_flat(**kwargs)
 
 
 def test_grounding_trains_the_env_role_on_real_results(tiny_lm):
     from rehearsal_gym.envs.base import result_text
 
-    config = PPOConfig(**{**TINY, "rehearse": "wrap", "grounding_coef": 1.0, "max_turns": 3})
+    config = PPOConfig.from_flat(**{**TINY, "rehearse": "wrap", "grounding_coef": 1.0, "max_turns": 3})
     trainer = PPOTrainer(config, fresh(tiny_lm))
     episodes = []
     for k, env in enumerate(trainer.envs):  # oracle calls: the untrained tiny model rarely makes one
@@ -233,6 +234,8 @@ def test_grounding_trains_the_env_role_on_real_results(tiny_lm):
         for turn in env.unwrapped.oracle_turns():
             *_, terminated, truncated, info = env.step(turn)
             ep.infos.append(info)
+            if "env_role" in info:
+                ep.imagined.append(info["env_role"])
             if terminated or truncated:
                 break
         episodes.append(ep)
@@ -245,18 +248,18 @@ def test_grounding_trains_the_env_role_on_real_results(tiny_lm):
 
     def nll():
         with torch.no_grad():
-            return trainer.grounding_batch_loss(seqs).item()
+            return Grounding.batch_loss(trainer, seqs).item()
 
     before = nll()
     for _ in range(5):
-        trainer._grounding_step(seqs[:4])
+        Grounding(1.0).step(trainer, seqs[:4])
     assert nll() < before
     row = trainer.train_iteration()
     assert row["charts/grounding_targets"] >= 0 and row["losses/grounding_loss"] >= 0
 
 
 def test_learning_rate_warms_up_linearly(tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "lr": 1e-3, "warmup_iterations": 3}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "lr": 1e-3, "warmup_iterations": 3}), fresh(tiny_lm))
     rates = []
     for it in range(5):
         trainer.iteration = it
@@ -268,10 +271,10 @@ def test_learning_rate_warms_up_linearly(tiny_lm):
 
 
 def test_group_minibatches_keep_groups_whole(tiny_lm):
-    config = PPOConfig(**{**TINY, "group_minibatches": True, "minibatch_size": 4})
+    config = PPOConfig.from_flat(**{**TINY, "group_minibatches": True, "minibatch_size": 4})
     trainer = PPOTrainer(config, fresh(tiny_lm))
     seqs = [RoleSequence([1, 2], [0, 1], [0.0, 0.0], 0.0, g) for g in (0, 0, 2, 2, 2, 4, 6, 6, 6, 6, 6)]
-    batches = trainer._minibatches(seqs)
+    batches = [[seqs[i] for i in idx] for idx in RolloutBuffer(seqs).order(trainer.rng, 4, by_group=True)]
     assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in seqs)  # each once
     for b in batches:
         groups = {s.group for s in b}
@@ -280,7 +283,7 @@ def test_group_minibatches_keep_groups_whole(tiny_lm):
 
 
 def test_sequence_reduction_and_scaled_advantages_train(tiny_lm):
-    config = PPOConfig(
+    config = PPOConfig.from_flat(
         **{**TINY, "loss_reduction": "sequence", "scale_advantages": True, "group_minibatches": True}
     )
     row = PPOTrainer(config, fresh(tiny_lm)).train_iteration()
@@ -288,7 +291,7 @@ def test_sequence_reduction_and_scaled_advantages_train(tiny_lm):
 
 
 def test_gae_mode_trains_the_value_head(tiny_lm, tmp_path):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "advantage": "gae"}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "advantage": "gae"}), fresh(tiny_lm))
     ids = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
     full = ids + tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
     mask = [0] * len(ids) + [1] * (len(full) - len(ids))
@@ -305,9 +308,9 @@ def test_gae_mode_trains_the_value_head(tiny_lm, tmp_path):
 
 
 def test_seed_teacher_scores_the_same_tokens_with_the_skill(tiny_lm):
-    from rehearsal_gym.sampling import score
+    from rehearsal_gym.core.sampling import score
 
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "skill_hints": True}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "skill_hints": True}), fresh(tiny_lm))
     ctx = tiny_lm.turn("task", "What is 1 + 1?") + [tiny_lm.role_ids["agent"]]
     action = tiny_lm.encode("ANSWER 2") + [tiny_lm.end_id]
     skill = tiny_lm.turn("skill", "Workflow: add -> ANSWER.")
@@ -326,7 +329,9 @@ def test_seed_teacher_scores_the_same_tokens_with_the_skill(tiny_lm):
 
 
 def test_skill_hint_distillation_runs_in_training(tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "skill_hints": True, "lambda_opd": 0.5}), fresh(tiny_lm))
+    trainer = PPOTrainer(
+        PPOConfig.from_flat(**{**TINY, "skill_hints": True, "lambda_opd": 0.5}), fresh(tiny_lm)
+    )
     row = trainer.train_iteration()
     assert row["losses/opd_loss"] != 0.0
 
@@ -334,7 +339,7 @@ def test_skill_hint_distillation_runs_in_training(tiny_lm):
 def test_identical_updates_from_scratch_under_one_seed(tiny_lm):
     rows, params = [], []
     for _ in range(2):
-        trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+        trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
         rows.append(trainer.train_iteration())
         params.append([p.detach().clone() for p in trainer.lm.model.parameters()])
     assert rows[0] == rows[1]
@@ -344,7 +349,7 @@ def test_identical_updates_from_scratch_under_one_seed(tiny_lm):
 
 def test_template_curriculum_sends_the_groups_to_the_template_with_mixed_outcomes(tiny_lm):
     trainer = PPOTrainer(
-        PPOConfig(**TINY, env="Finance-v0", task_sampling="template-variance"), fresh(tiny_lm)
+        PPOConfig.from_flat(**TINY, env="Finance-v0", task_sampling="template-variance"), fresh(tiny_lm)
     )
     solved = [t for t in trainer.family.templates if t != "sell_all"]
     for _ in range(3):  # every other template always solved, sell_all half the time
@@ -353,7 +358,7 @@ def test_template_curriculum_sends_the_groups_to_the_template_with_mixed_outcome
         )
     weights = dict(zip(trainer.family.templates, trainer.curriculum.weights(), strict=True))
     assert weights["sell_all"] > 0.5 and min(weights.values()) > 0
-    trainer.config = PPOConfig(
+    trainer.config = PPOConfig.from_flat(
         **{**TINY, "tasks_per_iter": 12}, env="Finance-v0", task_sampling="template-variance"
     )
     trainer.envs = trainer.envs * 6
@@ -365,11 +370,13 @@ def test_template_curriculum_sends_the_groups_to_the_template_with_mixed_outcome
 
 
 def test_premise_redraws_reach_the_envs_and_the_log(tiny_lm):
-    from rehearsal_gym.agents.ppo import _mean_info
+    from rehearsal_gym.agents.callbacks import _mean_info
 
-    from rehearsal_gym.rollout import Episode
+    from rehearsal_gym.core.rollout import Episode
 
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "rehearse": "replace", "premise_redraws": 2}), fresh(tiny_lm))
+    trainer = PPOTrainer(
+        PPOConfig.from_flat(**{**TINY, "rehearse": "replace", "premise_redraws": 2}), fresh(tiny_lm)
+    )
     assert all(env.premise_redraws == 2 for env in trainer.envs)
     row = trainer.train_iteration()
     assert {"charts/premise_kept", "charts/premise_redraws"} <= set(row)
@@ -383,14 +390,14 @@ def test_premise_redraws_reach_the_envs_and_the_log(tiny_lm):
 def test_world_model_is_the_frozen_world_of_a_rehearsed_run(tiny_lm, tmp_path):
     """--world-model: SelfSimEnv imagines with that model (frozen), the policy starts from its own
     weights and is held near them; a resumed trainer loads the same world again."""
-    from rehearsal_gym.model import LMConfig
+    from rehearsal_gym.core.model import LMConfig
 
     world = LM.new(
         tiny_lm.tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=7
     )
     world.save(tmp_path / "world")
     frozen = dict(TINY, rehearse="replace", rehearsal_world="frozen", train_env_role=False)
-    config = PPOConfig(**frozen, world_model=str(tmp_path / "world"))
+    config = PPOConfig.from_flat(**frozen, world_model=str(tmp_path / "world"))
     trainer = PPOTrainer(config, fresh(tiny_lm))
     env_lm = trainer.envs[0].lm
     assert all(env.lm is env_lm for env in trainer.envs)
@@ -403,25 +410,25 @@ def test_world_model_is_the_frozen_world_of_a_rehearsed_run(tiny_lm, tmp_path):
         assert torch.equal(p, world.model.state_dict()[name])
     trainer.save(tmp_path / "ckpt")
     resumed = PPOTrainer.load(tmp_path / "ckpt")
-    assert resumed.config.world_model == str(tmp_path / "world")
+    assert resumed.config.rehearsal.world_model == str(tmp_path / "world")
     for name, p in resumed.envs[0].lm.model.named_parameters():
         assert torch.equal(p, world.model.state_dict()[name])
 
 
 def test_world_model_is_validated(tiny_lm, tmp_path):
-    from rehearsal_gym.model import LMConfig
-    from rehearsal_gym.tokenizer import train_tokenizer
+    from rehearsal_gym.core.model import LMConfig
+    from rehearsal_gym.core.tokenizer import train_tokenizer
 
     frozen = dict(rehearse="replace", rehearsal_world="frozen", train_env_role=False)
     with pytest.raises(ValueError, match="world_model.*not a model directory"):
-        PPOConfig(**frozen, world_model=str(tmp_path / "missing"))
+        PPOConfig.from_flat(**frozen, world_model=str(tmp_path / "missing"))
     tiny_lm.save(tmp_path / "world")
     for other in (dict(), dict(rehearse="replace", train_env_role=False)):  # real env; EnvACE world
         with pytest.raises(ValueError, match="world_model.*rehearsal_world='frozen'"):
-            PPOConfig(**other, world_model=str(tmp_path / "world"))
+            PPOConfig.from_flat(**other, world_model=str(tmp_path / "world"))
     other_tokenizer = train_tokenizer(['CALL add {"a": 1}', "ANSWER 2"] * 50, vocab_size=300)
     LM.new(other_tokenizer, LMConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)).save(
         tmp_path / "alien"
     )
     with pytest.raises(ValueError, match="another tokenizer"):
-        PPOTrainer(PPOConfig(**TINY, **frozen, world_model=str(tmp_path / "alien")), fresh(tiny_lm))
+        PPOTrainer(PPOConfig.from_flat(**TINY, **frozen, world_model=str(tmp_path / "alien")), fresh(tiny_lm))

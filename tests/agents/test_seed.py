@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rehearsal_gym.agents.ppo import PPOConfig, PPOTrainer
 
-from rehearsal_gym.analyst import AnalystConfig, analyse, analyst_sequence, train_analyst
-from rehearsal_gym.model import LM
-from rehearsal_gym.skills import Skill, SkillLibrary, label_skill, parse_skill
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.training.analyst import AnalystConfig, analyse, analyst_sequence, train_analyst
+from rehearsal_gym.training.skills import Skill, SkillLibrary, label_skill, parse_skill
 
 TINY = dict(iterations=2, tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
 
@@ -96,8 +96,8 @@ def test_analyst_replay_draws_oracle_episodes_from_oracle_tasks_per_env(tiny_lm)
 def test_skill_replay_puts_the_explainers_workflow_before_the_oracle_episode(tiny_lm):
     import numpy as np
 
-    from rehearsal_gym.analyst import analyst_path, oracle_replay
-    from rehearsal_gym.demos import agent_sequence, record_oracle_episodes
+    from rehearsal_gym.rehearsal.demos import agent_sequence, record_oracle_episodes
+    from rehearsal_gym.training.analyst import analyst_path, oracle_replay
 
     tasks = range(5)
     plain = [agent_sequence(tiny_lm, d) for d in record_oracle_episodes("Finance-v0", tasks)]
@@ -121,7 +121,7 @@ def test_skill_replay_puts_the_explainers_workflow_before_the_oracle_episode(tin
 
 
 def test_analyse_returns_a_skill_or_none_per_episode(tiny_lm):
-    trainer = PPOTrainer(PPOConfig(**TINY), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
     episodes, _ = trainer.collect()
     skills = analyse(trainer.lm, ["request"] * len(episodes), episodes, max_tokens=16)
     assert len(skills) == len(episodes) and all(s is None or isinstance(s, Skill) for s in skills)
@@ -130,7 +130,7 @@ def test_analyse_returns_a_skill_or_none_per_episode(tiny_lm):
 
 
 def test_seed_distill_uses_the_library_skill_as_teacher_and_reports_it(tiny_lm, tmp_path):
-    trainer = PPOTrainer(PPOConfig(**{**TINY, "seed_distill": True}), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "seed_distill": True}), fresh(tiny_lm))
     family = trainer.envs[0].unwrapped.family
     for i in range(50):  # a skill for every template of the family
         trainer.library.add(
@@ -148,4 +148,4 @@ def test_seed_distill_uses_the_library_skill_as_teacher_and_reports_it(tiny_lm, 
 
 def test_skill_sources_are_exclusive():
     with pytest.raises(ValueError, match="exclusive"):
-        PPOConfig(skill_hints=True, seed_distill=True)
+        PPOConfig.from_flat(skill_hints=True, seed_distill=True)

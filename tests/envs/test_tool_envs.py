@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rehearsal_gym.envs import ENV_IDS, explain
 from rehearsal_gym.envs.base import MAX_OBS_CHARS, state_hash
 
-from rehearsal_gym.rollout import random_turn
+from rehearsal_gym.core.rollout import random_turn
 
 REAL = list(ENV_IDS)
 
@@ -167,7 +167,7 @@ def test_finance_constraints():
 def test_finance_book_holds_overridden_facts():
     from rehearsal_gym.envs.finance import Book
 
-    from rehearsal_gym.protocol import ToolCall
+    from rehearsal_gym.core.protocol import ToolCall
 
     plain = Book(5)
     account = plain.query("SELECT id FROM accounts ORDER BY id")[0][0]

@@ -131,7 +131,7 @@ def test_vector_env_with_mixed_results_never_raises(env_id):
     """Sub-envs whose results hold different types under one key (a number here, a string there)."""
     import numpy as np
 
-    from rehearsal_gym.rollout import random_turn
+    from rehearsal_gym.core.rollout import random_turn
 
     envs = gym.make_vec(env_id, num_envs=4, vectorization_mode="sync", max_turns=3)
     tools = envs.envs[0].unwrapped.tools

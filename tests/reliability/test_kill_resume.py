@@ -19,7 +19,7 @@ import torch
 from rehearsal_gym.agents.ppo import PPOConfig
 from rehearsal_gym.agents.train import train
 
-from rehearsal_gym.model import LM
+from rehearsal_gym.core.model import LM
 
 CONFIG = dict(iterations=3, tasks_per_iter=2, group_size=2, epochs=1, minibatch_size=4, max_turns=2, lr=1e-3)
 
@@ -29,9 +29,10 @@ CHILD = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     import rehearsal_gym.agents.ppo as ppo
-    import rehearsal_gym.atomic as atomic
+    import rehearsal_gym.agents.checkpoint as checkpoint
+    import rehearsal_gym.core.atomic as atomic
     from rehearsal_gym.agents.train import train
-    from rehearsal_gym.model import LM
+    from rehearsal_gym.core.model import LM
 
     model_dir, out, point = sys.argv[1:4]
     die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
@@ -40,7 +41,7 @@ CHILD = textwrap.dedent(
     def save(self, path):
         if self.iteration == 2:
             if point == "write":  # weights on disk, optimizer state not yet
-                ppo.torch = type("T", (), {"save": staticmethod(die)})
+                checkpoint.torch = type("T", (), {"save": staticmethod(die)})
             else:  # the old checkpoint moved aside, the new one not yet in place
                 real_replace = os.replace
                 calls = []
@@ -56,7 +57,7 @@ CHILD = textwrap.dedent(
         real_save(self, path)
 
     ppo.PPOTrainer.save = save
-    train(ppo.PPOConfig(**CONFIG), LM.load(model_dir), out, eval_tasks=2, progress=False)
+    train(ppo.PPOConfig.from_flat(**CONFIG), LM.load(model_dir), out, eval_tasks=2, progress=False)
     """
 ).replace("CONFIG", repr(CONFIG))
 
@@ -69,7 +70,7 @@ def fresh(tiny_lm):
 def uninterrupted(tiny_lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted")
     result = train(
-        PPOConfig(**CONFIG), fresh(tiny_lm), out, eval_tasks=2, progress=False, log=lambda *a: None
+        PPOConfig.from_flat(**CONFIG), fresh(tiny_lm), out, eval_tasks=2, progress=False, log=lambda *a: None
     )
     return out, result
 
@@ -91,7 +92,13 @@ def test_sigkill_mid_checkpoint_then_resume(tiny_lm, tmp_path, uninterrupted, po
     assert not (out / "result.json").exists()
 
     result = train(
-        PPOConfig(**CONFIG), fresh(tiny_lm), out, eval_tasks=2, resume=True, progress=False, log=print
+        PPOConfig.from_flat(**CONFIG),
+        fresh(tiny_lm),
+        out,
+        eval_tasks=2,
+        resume=True,
+        progress=False,
+        log=print,
     )
     ref_out, ref_result = uninterrupted
     assert result["iterations"] == 3 and result["after"] == ref_result["after"]

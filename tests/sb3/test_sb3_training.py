@@ -7,10 +7,10 @@ from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-from rehearsal_gym.model import LM
-from rehearsal_gym.sb3 import LMPolicy, MaskableLMPolicy, evaluate_success
-from rehearsal_gym.selfsim import SelfSimEnv
-from rehearsal_gym.token_env import TokenEnv
+from rehearsal_gym.adapters.sb3 import LMPolicy, MaskableLMPolicy, evaluate_success
+from rehearsal_gym.adapters.token_env import TokenEnv
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 SMALL = dict(n_steps=64, batch_size=32, n_epochs=1, learning_rate=1e-4, seed=0)
 

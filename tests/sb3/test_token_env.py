@@ -4,13 +4,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rehearsal_gym.envs import REAL_ENV_IDS
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from rehearsal_gym.defaults import REAL_ENV_IDS
-from rehearsal_gym.grammar import TokenMasker, TurnGrammar
-from rehearsal_gym.protocol import FinalAnswer, ParseError, ToolCall, format_call, parse_turn
-from rehearsal_gym.selfsim import SelfSimEnv
-from rehearsal_gym.token_env import TokenEnv
+from rehearsal_gym.adapters.token_env import TokenEnv
+from rehearsal_gym.core.grammar import TokenMasker, TurnGrammar
+from rehearsal_gym.core.protocol import FinalAnswer, ParseError, ToolCall, format_call, parse_turn
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
 def tools_of(env_id):

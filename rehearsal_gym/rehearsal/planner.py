@@ -20,26 +20,24 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .model import LM
-from .roles import ResultBank
-from .sampling import sample
-from .selfsim import SelfSimEnv
+from rehearsal_gym.core.checks import NonNegativeInt, PositiveInt, validate
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.sampling import sample
+from rehearsal_gym.rehearsal.roles import ResultBank
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
 @dataclass(frozen=True)
 class RehearsalConfig:
     """Budget and shape of private rehearsal."""
 
-    n: int = 2  # rehearsed candidates per real decision (0 = act greedily, no rehearsal)
-    horizon: int = 3  # imagined turns per rehearsal, the candidate included
+    n: NonNegativeInt = 2  # rehearsed candidates per real decision (0 = act greedily, no rehearsal)
+    horizon: PositiveInt = 3  # imagined turns per rehearsal, the candidate included
     sequential: bool = False  # stop at the first candidate whose rehearsal passes
-    max_turn_tokens: int = 96  # agent turn length limit
+    max_turn_tokens: PositiveInt = 96  # agent turn length limit
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n, int) or self.n < 0:
-            raise ValueError(f"RehearsalConfig.n must be an int >= 0, got {self.n!r}")
-        if not isinstance(self.horizon, int) or self.horizon < 1:
-            raise ValueError(f"RehearsalConfig.horizon must be a positive int, got {self.horizon!r}")
+        validate(self)
 
 
 def _context(lm: LM, transcript: list[tuple[str, str]]) -> list[int]:

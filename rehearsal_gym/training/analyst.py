@@ -9,62 +9,50 @@ model's own analyses during RL (`agents.ppo` with ``seed_distill``).
 
 from __future__ import annotations
 
-import math
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from .demos import agent_sequence, record_oracle_episodes
-from .model import LM
-from .rollout import Episode, run_episodes
-from .sampling import sample
-from .skills import Skill, analyst_prompt, label_skill, parse_skill
-from .warmstart import _batch, length_batches, lm_step
+from rehearsal_gym.core.checks import PositiveFloat, PositiveInt, Range, UnitFloat, base_type, validate
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.rollout import Episode, run_episodes
+from rehearsal_gym.core.sampling import sample
+from rehearsal_gym.envs import REAL_ENV_IDS
+from rehearsal_gym.rehearsal.demos import agent_sequence, record_oracle_episodes
+from rehearsal_gym.training.sft import Epochs, cosine_lr, sft_loop
+from rehearsal_gym.training.skills import Skill, analyst_prompt, label_skill, parse_skill
 
 
 @dataclass(frozen=True)
 class AnalystConfig:
     """Analyst warm start on top of an agent model."""
 
-    envs: tuple[str, ...] = ("ToolCall-v0", "Retail-v0", "Finance-v0")
-    tasks_per_env: int = 160  # train tasks whose sampled episodes are analysed
-    samples_per_task: int = 2  # sampled episodes per task (temperature 1: successes and failures)
-    oracle_fraction: float = 1.0  # agent-role oracle episodes mixed in, per analyst example
+    envs: tuple[str, ...] = REAL_ENV_IDS
+    tasks_per_env: PositiveInt = 160  # train tasks whose sampled episodes are analysed
+    samples_per_task: PositiveInt = 2  # sampled episodes per task (temperature 1: successes and failures)
+    oracle_fraction: Annotated[float, Range(0, 4)] = (
+        1.0  # agent-role oracle episodes mixed in, per analyst example
+    )
     # train tasks the oracle episodes are drawn from (None = the analysed tasks): more tasks than
     # analyses makes the agent-role replay mostly new episodes instead of epochs over a few, so the
     # analyst learns its labels without forgetting how to act (docs/results.md, SEED)
-    oracle_tasks_per_env: int | None = 2000
+    oracle_tasks_per_env: PositiveInt | None = 2000
     # share of the oracle replay shown with the explainer's skill for it as a ``<|skill|>`` turn
     # before the conversation (where SEED's teacher puts it), so the agent learns to read a skill
     # before its skill-conditioned log-probs become a distillation target; 0 = none
-    skill_replay_fraction: float = 0.0
-    steps: int = 2000  # optimizer steps of the analyst warm start
-    batch_size: int = 16  # sequences per step
-    lr: float = 1e-3  # peak learning rate (cosine decay to 10%)
+    skill_replay_fraction: UnitFloat = 0.0
+    steps: PositiveInt = 2000  # optimizer steps of the analyst warm start
+    batch_size: PositiveInt = 16  # sequences per step
+    lr: PositiveFloat = 1e-3  # peak learning rate (cosine decay to 10%)
     seed: int = 0  # episode sampling, data order
 
     def __post_init__(self) -> None:
-        for name in ("tasks_per_env", "samples_per_task", "steps", "batch_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"AnalystConfig.{name} must be a positive int, got {getattr(self, name)!r}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"AnalystConfig.lr must be a positive finite number, got {self.lr!r}")
-        if self.oracle_tasks_per_env is not None and (
-            not isinstance(self.oracle_tasks_per_env, int) or self.oracle_tasks_per_env < 1
-        ):
-            raise ValueError(
-                f"AnalystConfig.oracle_tasks_per_env must be None or a positive int, got {self.oracle_tasks_per_env!r}"
-            )
-        if not (isinstance(self.skill_replay_fraction, int | float) and 0 <= self.skill_replay_fraction <= 1):
-            raise ValueError(
-                f"AnalystConfig.skill_replay_fraction must be in [0, 1], got {self.skill_replay_fraction!r}"
-            )
-        if not 0 <= self.oracle_fraction <= 4:
-            raise ValueError(f"AnalystConfig.oracle_fraction must be in [0, 4], got {self.oracle_fraction!r}")
+        validate(self)
 
 
 def analyst_config(text: str) -> AnalystConfig:
@@ -74,7 +62,8 @@ def analyst_config(text: str) -> AnalystConfig:
     ``oracle_tasks_per_env=none,oracle_fraction=0.5,steps=400``."""
     if text in ("", "default"):
         return AnalystConfig()
-    kinds = {f.name: str(f.type) for f in fields(AnalystConfig) if f.name != "envs"}
+    hints = typing.get_type_hints(AnalystConfig, include_extras=True)
+    kinds = {f.name: base_type(hints[f.name]) for f in fields(AnalystConfig) if f.name != "envs"}
     kwargs: dict[str, int | float | None] = {}
     for part in filter(None, text.split(",")):
         name, sep, value = part.partition("=")
@@ -83,10 +72,11 @@ def analyst_config(text: str) -> AnalystConfig:
                 f"analyst config: expected NAME=VALUE with NAME among {sorted(kinds)}, got {part!r}"
             )
         try:
-            if value.lower() == "none" and "None" in kinds[name]:
+            kind, nullable = kinds[name]
+            if value.lower() == "none" and nullable:
                 kwargs[name] = None
             else:
-                kwargs[name] = int(value) if kinds[name].startswith("int") else float(value)
+                kwargs[name] = int(value) if kind is int else float(value)
         except ValueError:
             raise ValueError(f"AnalystConfig.{name}: expected a number, got {value!r}") from None
     return AnalystConfig(**kwargs)
@@ -150,16 +140,17 @@ def train_analyst(
     log(f"analyst warm start: {len(analyses)} analyses ({wins} of successes), {n_oracle} oracle episodes")
     torch.manual_seed(config.seed)
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr)
-    losses, batches = [], []
-    lm.model.train()
-    for step in tqdm(range(config.steps), desc="analyst warm start", disable=not progress, mininterval=2):
-        if not batches:
-            batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-        lr = config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / config.steps)))  # cosine to 10%
-        batch = _batch(examples, batches.pop(), lm.pad_id)
-        losses.append(lm_step(lm, opt, batch, lr, f"analyst step {step}", "AnalystConfig.lr"))
-    lm.model.eval()
-    return losses
+    batches = Epochs(examples, config.batch_size, rng, lm.pad_id)
+    return sft_loop(
+        lm,
+        opt,
+        config.steps,
+        lambda step: batches.next(),
+        cosine_lr(config.lr, 0, config.steps),  # no warm-up: the model starts trained
+        desc="analyst warm start",
+        lr_field="AnalystConfig.lr",
+        progress=progress,
+    )
 
 
 def oracle_replay(
@@ -230,7 +221,7 @@ def analyst_path(lm: LM, config: AnalystConfig):
     import hashlib
     import json
 
-    from .defaults import cache_dir
+    from rehearsal_gym.defaults import cache_dir
 
     key = asdict(config)
     if key["oracle_tasks_per_env"] is None:  # the key of configs from before the field existed

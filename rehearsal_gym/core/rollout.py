@@ -9,15 +9,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from .model import LM
-from .protocol import ToolSpec, format_answer, format_call
-from .sampling import sample
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.protocol import ToolSpec, format_answer, format_call
+from rehearsal_gym.core.sampling import sample
+
+
+@dataclass(frozen=True)
+class ImaginedCall:
+    """One tool result imagined by the environment role (SelfSimEnv), as a trainer needs it.
+
+    `ids` are exactly the tokens the role sampled (its result, with the stop token when produced),
+    `logprobs` their sampling log-probs, `prompt_ids` the role's prompt; in wrap mode `real_result`
+    is the real tool's result of the same call (EnvACE's grounding target), else None. An env puts
+    one in ``info[ImaginedCall.INFO_KEY]`` per imagined call; `run_episodes` collects them in
+    `Episode.imagined`, which is where trainers read them.
+    """
+
+    INFO_KEY: ClassVar[str] = "env_role"
+    prompt_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    real_result: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -40,6 +58,7 @@ class Episode:
     truncated: bool = False
     context_overflow: bool = False
     skill: str | None = None  # the reset info's "skill" (the skill a trainer used), if any
+    imagined: list[ImaginedCall] = field(default_factory=list)  # the environment role's results, in order
 
     def extend(self, ids: Sequence[int], agent: bool, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -114,6 +133,8 @@ def run_episodes(
             obs, reward, terminated, truncated, info = envs[i].step(text)
             ep.actions.append(text)
             ep.infos.append(info)
+            if isinstance(call := info.get(ImaginedCall.INFO_KEY), ImaginedCall):
+                ep.imagined.append(call)
             ep.reward += float(reward)
             if terminated or truncated:
                 ep.success, ep.truncated = bool(info.get("success", False)), bool(truncated)
@@ -140,7 +161,7 @@ def evaluate(
     (overall and per template).
 
     `outcomes[i]` is 1 if task first_task+i succeeded: two evaluations on the same tasks can be compared task by
-    task (`rehearsal_gym.report.paired_sign_test`).
+    task (`rehearsal_gym.core.report.paired_sign_test`).
     """
     if not isinstance(first_task, int) or first_task < 0:
         raise ValueError(f"first_task must be an int >= 0, got {first_task!r}")

@@ -16,7 +16,6 @@ import copy
 import csv
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,11 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from .defaults import ASSETS, REAL_ENV_IDS
-from .model import LM
-from .report import comparison_rows, write_table
-from .rollout import evaluate, random_turn, run_text_policy
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.report import comparison_rows, write_table
+from rehearsal_gym.core.rollout import evaluate, random_turn, run_text_policy
+from rehearsal_gym.defaults import ASSETS
+from rehearsal_gym.envs import REAL_ENV_IDS
 
 SHIPPED_RUNS = ASSETS / "runs"
 """Checkpoints of longer PPO runs from the shipped default, one folder each with a manifest.json."""
@@ -40,28 +40,30 @@ def ppo_configs(env: str, iterations: int, seed: int, **overrides: Any) -> dict[
     successes only reinforced, 16 tasks x 8 samples a round); rehearsed runs imagine every tool
     result with the frozen start model (its environment role) and train the agent role only.
     `overrides`: other PPOConfig fields, for both runs."""
-    from .agents.ppo import PPOConfig
+    from rehearsal_gym.agents.config import PPOConfig
 
-    real = PPOConfig(  # the settings of docs/results.md's PPO table
-        env=env,
-        iterations=iterations,
-        tasks_per_iter=16,
-        group_size=8,
-        minibatch_size=32,
-        lr=1e-4,
-        temperature=0.7,
-        negative_weight=0.0,
-        seed=seed,
+    real = (
+        dict(  # the settings of docs/results.md's PPO table
+            env=env,
+            iterations=iterations,
+            tasks_per_iter=16,
+            group_size=8,
+            minibatch_size=32,
+            lr=1e-4,
+            temperature=0.7,
+            negative_weight=0.0,
+            seed=seed,
+        )
+        | overrides
     )
-    real = replace(real, **overrides)
-    rehearsed = replace(
+    rehearsed = dict(
         real,
         rehearse="replace",
         rehearsal_verifier="consistent",
         rehearsal_world="frozen",
         train_env_role=False,
     )
-    return {"real": real, "rehearsed": rehearsed}
+    return {"real": PPOConfig.from_flat(**real), "rehearsed": PPOConfig.from_flat(**rehearsed)}
 
 
 def oracle_policy():
@@ -162,8 +164,8 @@ def run_demo(
 ) -> dict[str, Any]:
     """The whole demo (module docstring); prints as it goes and returns the tables it wrote.
     `ppo_overrides`: PPOConfig fields that replace the demo's (both runs; e.g. a smaller round)."""
-    from .agents.train import train
-    from .fidelity import measure_fidelity
+    from rehearsal_gym.agents.train import train
+    from rehearsal_gym.rehearsal.fidelity import measure_fidelity
 
     out, t0 = Path(out), time.time()
     print(
@@ -213,7 +215,7 @@ def run_demo(
     print(
         f"\n[3/4] Fidelity of the environment role on {fidelity_tasks} held-out {swap_env} tasks (wrap mode)"
     )
-    (fid,) = measure_fidelity(lm, swap_env, fidelity_tasks, temperature=real.temperature)
+    (fid,) = measure_fidelity(lm, swap_env, fidelity_tasks, temperature=real.ppo.temperature)
     print(
         f"it imagined {fid['imagined calls']} tool results: {1 - fid['invalid results']:.0%} usable, "
         f"{fid['field accuracy']:.0%} of fields equal to the real tool's, {fid['exact match']:.0%} exactly equal; "

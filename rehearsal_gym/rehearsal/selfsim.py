@@ -18,15 +18,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
+from rehearsal_gym.core.rollout import ImaginedCall
+from rehearsal_gym.core.sampling import Samples, sample
+from rehearsal_gym.defaults import resolve_lm
 from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
-
-from .consistency import consistent_answer, premise_breaks, replan
-from .defaults import resolve_lm
-from .demos import record_oracle_episodes, result_bank
-from .model import LM
-from .protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
-from .roles import ResultBank, env_role_prompt
-from .sampling import Samples, sample
+from rehearsal_gym.rehearsal.consistency import consistent_answer, premise_breaks, replan
+from rehearsal_gym.rehearsal.demos import record_oracle_episodes, result_bank
+from rehearsal_gym.rehearsal.roles import ResultBank, env_role_prompt
 
 MODES = ("replace", "wrap", "mixed")
 VERIFIERS = ("real", "consistent")
@@ -131,7 +131,7 @@ class SelfSimEnv(ToolEnv):
     the calls are replayed on a fresh backend at the end, so a rehearsed and a real episode are
     scored the same way. verifier="consistent": the same verifier, but the expected answer and
     state are the oracle's re-planned in the world the agent saw (a price the agent was shown is
-    the price it must report; see `rehearsal_gym.consistency`), so an imagined value the real
+    the price it must report; see `rehearsal_gym.rehearsal.consistency`), so an imagined value the real
     world does not share does not fail an agent that acted correctly on it.
 
     ## Arguments
@@ -160,8 +160,8 @@ class SelfSimEnv(ToolEnv):
     Other arguments as the base env.
 
     ## Info (per call)
-    ``imagined`` (bool), ``env_role`` (prompt ids, sampled ids and log-probs of the environment
-    role, for training it), in wrap mode ``real_result`` and ``fidelity``; with premise_redraws,
+    ``imagined`` (bool), ``env_role`` (an `ImaginedCall`: prompt ids, sampled ids and log-probs
+    of the environment role, and in wrap mode the real result, for training it), in wrap mode ``real_result`` and ``fidelity``; with premise_redraws,
     ``premise_redraws`` (results drawn again for this call) and ``premise_kept`` (bool).
     """
 
@@ -236,6 +236,8 @@ class SelfSimEnv(ToolEnv):
             real = execute(self.backend, call)
             self.bank.add(call, result_text(real))
             info["real_result"] = Record(real)
+            if isinstance(role := info.get(ImaginedCall.INFO_KEY), ImaginedCall):
+                info[ImaginedCall.INFO_KEY] = dataclasses.replace(role, real_result=info["real_result"])
             if imagined is not None:
                 info["fidelity"] = fidelity(imagined, real)
         return imagined
@@ -309,7 +311,9 @@ class SelfSimEnv(ToolEnv):
         if self.premise_redraws:
             info["premise_redraws"] = redraws
             info["premise_kept"] = error is None and not self.breaks_premise(call, result)
-        info["env_role"] = {"prompt_ids": prompt_ids, "ids": out.tokens[0], "logprobs": out.logprobs[0]}
+        info[ImaginedCall.INFO_KEY] = ImaginedCall(
+            tuple(prompt_ids), tuple(out.tokens[0]), tuple(out.logprobs[0])
+        )
         if len(out.tokens) > 1:
             canon = [_canonical(self.lm.decode(t)) for t in out.tokens]
             info["uncertainty"] = float(np.mean([c != canon[0] for c in canon[1:]]))

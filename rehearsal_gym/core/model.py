@@ -17,8 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from .atomic import atomic_directory
-from .tokenizer import END, PAD, ROLE_TOKENS, Codec, missing_special_tokens
+from rehearsal_gym.core.atomic import atomic_directory
+from rehearsal_gym.core.checks import PositiveInt, validate
+from rehearsal_gym.core.tokenizer import END, PAD, ROLE_TOKENS, Codec, missing_special_tokens
 
 
 @contextlib.contextmanager
@@ -37,17 +38,14 @@ def _quiet_progress():
 class LMConfig:
     """Size of the default model (sized to train on 2 CPU cores in minutes)."""
 
-    hidden_size: int = 96  # width of the residual stream
-    num_layers: int = 3  # transformer blocks
-    num_heads: int = 4  # attention heads
-    intermediate_size: int = 288  # MLP width
-    max_len: int = 1024  # context length in tokens
+    hidden_size: PositiveInt = 96  # width of the residual stream
+    num_layers: PositiveInt = 3  # transformer blocks
+    num_heads: PositiveInt = 4  # attention heads
+    intermediate_size: PositiveInt = 288  # MLP width
+    max_len: PositiveInt = 1024  # context length in tokens
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"LMConfig.{name} must be a positive int, got {value!r}")
+        validate(self)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"LMConfig.hidden_size ({self.hidden_size}) must be divisible by num_heads")
 

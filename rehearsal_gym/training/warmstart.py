@@ -17,19 +17,34 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm.auto import tqdm
+from transformers import AutoTokenizer
 
-from .defaults import REAL_ENV_IDS, TOKENIZER_VERSION, build_tokenizer, cache_dir
-from .demos import (
+from rehearsal_gym.core.atomic import atomic_directory
+from rehearsal_gym.core.checks import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+    validate,
+)
+from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.core.tokenizer import train_tokenizer
+from rehearsal_gym.defaults import cache_dir
+from rehearsal_gym.envs import REAL_ENV_IDS
+from rehearsal_gym.rehearsal.demos import (
     agent_sequence,
     copy_drills,
+    corpus_texts,
     env_role_prompts,
     env_role_sequence,
     record_oracle_episodes,
     result_bank,
 )
-from .model import LM, LMConfig
+from rehearsal_gym.training.sft import Batch, Epochs, Example, cosine_lr, random_batch, sft_loop
+
+TOKENIZER_VERSION = "2"
+"""Bump when the corpus or tokenizer settings change; cached tokenizers are keyed by it."""
 
 
 @dataclass(frozen=True)
@@ -37,79 +52,60 @@ class WarmStartConfig:
     """Behaviour cloning + next-result prediction on oracle episodes."""
 
     envs: tuple[str, ...] = REAL_ENV_IDS  # real envs whose train split gives the demonstrations
-    tasks_per_env: int = 1500  # oracle episodes per env
-    env_role_fraction: float = 1.0  # share of the demos' calls also given as environment-role examples
-    env_role_examples: int = 2  # real results in an environment-role prompt (SelfSimEnv's n_examples)
-    copy_drills: int = 20000  # short synthetic copy exercises (values from the demos)
-    drill_steps: int = 1500  # first steps train on copy drills only (forms the copying circuit)
-    drill_batch_size: int = 32  # sequences per drill step (drills are short)
-    drill_every: int = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
-    steps: int = 8000  # optimizer steps after the drill steps
-    batch_size: int = 16  # sequences per step
-    lr: float = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
-    warmup: int = 60  # warmup steps
-    weight_decay: float = 0.01  # AdamW weight decay
+    tasks_per_env: PositiveInt = 1500  # oracle episodes per env
+    env_role_fraction: UnitFloat = 1.0  # share of the demos' calls also given as environment-role examples
+    env_role_examples: NonNegativeInt = (
+        2  # real results in an environment-role prompt (SelfSimEnv's n_examples)
+    )
+    copy_drills: NonNegativeInt = 20000  # short synthetic copy exercises (values from the demos)
+    drill_steps: NonNegativeInt = 1500  # first steps train on copy drills only (forms the copying circuit)
+    drill_batch_size: PositiveInt = 32  # sequences per drill step (drills are short)
+    drill_every: NonNegativeInt = 4  # after the drill steps, every n-th step is a drill batch (0 = never)
+    steps: PositiveInt = 8000  # optimizer steps after the drill steps
+    batch_size: PositiveInt = 16  # sequences per step
+    lr: PositiveFloat = 3e-3  # peak learning rate (linear warmup, cosine decay to 10%)
+    warmup: NonNegativeInt = 60  # warmup steps
+    weight_decay: NonNegativeFloat = 0.01  # AdamW weight decay
     seed: int = 0  # model init, data order
     model: LMConfig = field(default_factory=LMConfig)  # size of the default model
     # polish: after the main phase, steps on both roles of fresh demos (train tasks tasks_per_env..
     # of each env), no drills, at a low learning rate; 0 = no polish
-    polish_steps: int = 3000
-    polish_tasks_per_env: int = 3000  # fresh train tasks per env whose oracle demos the polish trains on
-    polish_lr: float = 3e-4  # peak learning rate of the polish (short warmup, cosine decay)
-    polish_env_role_fraction: float = 0.5  # share of the fresh calls given as environment-role examples
+    polish_steps: NonNegativeInt = 3000
+    polish_tasks_per_env: PositiveInt = (
+        3000  # fresh train tasks per env whose oracle demos the polish trains on
+    )
+    polish_lr: PositiveFloat = 3e-4  # peak learning rate of the polish (short warmup, cosine decay)
+    polish_env_role_fraction: UnitFloat = 0.5  # share of the fresh calls given as environment-role examples
     # envs whose fresh demos the polish trains on (a subset of envs); None = all of envs
     polish_envs: tuple[str, ...] | None = None
     # fresh tasks of each polish env, in the order of polish_envs (or envs): a family's share of the
     # polish; None = polish_tasks_per_env each
-    polish_env_tasks: tuple[int, ...] | None = None
+    polish_env_tasks: tuple[PositiveInt, ...] | None = None
     # every n-th polish step is a copy-drill batch (drills of the fresh demos); 0 = none
-    polish_drill_every: int = 0
+    polish_drill_every: NonNegativeInt = 0
 
     def __post_init__(self) -> None:
-        for name in ("env_role_fraction", "polish_env_role_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"WarmStartConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
-        for name in ("copy_drills", "drill_steps", "drill_every", "env_role_examples", "polish_drill_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
+        validate(self)
+        if not self.envs:
+            raise ValueError("WarmStartConfig.envs must name at least one env")
         if (self.drill_steps or self.drill_every or self.polish_drill_every) and self.copy_drills < len(
             self.envs
         ):
             raise ValueError("WarmStartConfig.copy_drills must be >= the number of envs when drills are used")
-        for name in ("polish_steps",):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"WarmStartConfig.{name} must be an int >= 0, got {getattr(self, name)!r}")
-        for name in ("tasks_per_env", "steps", "batch_size", "drill_batch_size", "polish_tasks_per_env"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(
-                    f"WarmStartConfig.{name} must be a positive int, got {getattr(self, name)!r}"
-                )
-        for name in ("lr", "polish_lr"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-                raise ValueError(f"WarmStartConfig.{name} must be a positive finite number, got {value!r}")
-        if not self.envs:
-            raise ValueError("WarmStartConfig.envs must name at least one env")
         if self.polish_envs is not None:
-            if not isinstance(self.polish_envs, tuple) or not self.polish_envs:
+            if not self.polish_envs:
                 raise ValueError(
-                    f"WarmStartConfig.polish_envs must be None or a non-empty tuple of env ids, "
-                    f"got {self.polish_envs!r}"
+                    "WarmStartConfig.polish_envs must be None or a non-empty tuple of env ids, got ()"
                 )
             unknown = [e for e in self.polish_envs if e not in self.envs]
             if unknown:
                 raise ValueError(f"WarmStartConfig.polish_envs must be among envs {self.envs}, got {unknown}")
-        if self.polish_env_tasks is not None:
-            n = len(self.polish_envs or self.envs)
-            if (
-                not isinstance(self.polish_env_tasks, tuple)
-                or len(self.polish_env_tasks) != n
-                or not all(isinstance(t, int) and t >= 1 for t in self.polish_env_tasks)
-            ):
-                raise ValueError(
-                    f"WarmStartConfig.polish_env_tasks must be None or a tuple of {n} positive ints "
-                    f"(one per polish env), got {self.polish_env_tasks!r}"
-                )
+        n = len(self.polish_envs or self.envs)
+        if self.polish_env_tasks is not None and len(self.polish_env_tasks) != n:
+            raise ValueError(
+                f"WarmStartConfig.polish_env_tasks must be None or a tuple of {n} positive ints "
+                f"(one per polish env), got {self.polish_env_tasks!r}"
+            )
 
     def key(self) -> str:
         """Short hash naming the cached checkpoint of this config (and tokenizer version)."""
@@ -124,9 +120,6 @@ class WarmStartConfig:
             fields.pop("polish_env_tasks", None)
         blob = json.dumps([fields, TOKENIZER_VERSION], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-Example = tuple[list[int], list[int]]
 
 
 def build_examples(lm: LM, config: WarmStartConfig) -> tuple[list[Example], list[Example]]:
@@ -179,39 +172,6 @@ def drill_accuracy(lm: LM, drills: list[Example]) -> float:
     return solved / len(drills)
 
 
-def masked_lm_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over positions whose target has mask 1."""
-    targets, weights = ids[:, 1:], mask[:, 1:].float()
-    nll = F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), reduction="none"
-    )
-    return (nll * weights.reshape(-1)).sum() / weights.sum().clamp(min=1.0)
-
-
-def length_batches(lengths: list[int], batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One epoch of batches of similar length (less padding), in random order."""
-    order = rng.permutation(len(lengths))
-    pool = 50 * batch_size  # sort within pools of 50 batches: similar lengths, still shuffled
-    batches = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
-        batches += [np.array(chunk[i : i + batch_size]) for i in range(0, len(chunk), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def _batch(examples, idx, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(examples[i][0]) for i in idx)
-    ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    loss_mask = torch.zeros_like(ids)
-    for row, i in enumerate(idx):
-        seq, m = examples[i]
-        ids[row, : len(seq)] = torch.as_tensor(seq)
-        attn[row, : len(seq)] = 1
-        loss_mask[row, : len(seq)] = torch.as_tensor(m)
-    return ids, attn, loss_mask
-
-
 def train_warm_start(
     config: WarmStartConfig, lm: LM | None = None, progress: bool = True, log: Callable[[str], None] = print
 ) -> tuple[LM, list[float]]:
@@ -226,62 +186,29 @@ def train_warm_start(
     )
     rng = np.random.default_rng(config.seed)
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    episodes = Epochs(examples, config.batch_size, rng, lm.pad_id)
+
+    def next_batch(step: int) -> Batch:
+        # phase 1: copy drills only; phase 2: episodes of both roles, a drill batch every `drill_every` steps
+        if step < config.drill_steps or (config.drill_every and step % config.drill_every == 0):
+            return random_batch(drills, config.drill_batch_size, rng, lm.pad_id)
+        return episodes.next()
+
     total = config.drill_steps + config.steps
-
-    lr_at = _cosine(config.lr, config.warmup, total)
-
-    lm.model.train()
-    losses, batches = [], []
-    bar = tqdm(range(total), desc="warm start", disable=not progress, mininterval=2)
-    for step in bar:
-        drill_step = step < config.drill_steps or (config.drill_every and step % config.drill_every == 0)
-        if drill_step:  # phase 1: copy drills only; phase 2: one drill batch every `drill_every` steps
-            ids, attn, loss_mask = _batch(
-                drills, rng.integers(0, len(drills), config.drill_batch_size), lm.pad_id
-            )
-        else:  # phase 2: episodes of both roles
-            if not batches:
-                batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-            ids, attn, loss_mask = _batch(examples, batches.pop(), lm.pad_id)
-        losses.append(
-            lm_step(
-                lm, opt, (ids, attn, loss_mask), lr_at(step), f"warm start step {step}", "WarmStartConfig.lr"
-            )
-        )
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+    losses = sft_loop(
+        lm,
+        opt,
+        total,
+        next_batch,
+        cosine_lr(config.lr, config.warmup, total),
+        desc="warm start",
+        lr_field="WarmStartConfig.lr",
+        progress=progress,
+    )
     if config.polish_steps:
         losses += polish(lm, config, progress=progress, log=log)
     lm.model.eval()
     return lm, losses
-
-
-def _cosine(peak: float, warmup: int, total: int) -> Callable[[int], float]:
-    """Linear warmup to `peak`, then cosine decay to 10% of it at step `total`."""
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return peak * (step + 1) / warmup
-        frac = (step - warmup) / max(1, total - warmup)
-        return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-    return lr_at
-
-
-def lm_step(lm: LM, opt: torch.optim.Optimizer, batch, lr: float, where: str, lr_field: str) -> float:
-    """One optimizer step (lr set, grad-norm clip 1.0) of the masked LM loss on an (ids, attention,
-    loss mask) batch; a non-finite loss stops with an error naming `where` and the `lr_field` to lower."""
-    ids, attn, loss_mask = batch
-    for group in opt.param_groups:
-        group["lr"] = lr
-    loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, loss_mask)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss is {loss.item()} at {where}; lower {lr_field}")
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(lm.model.parameters(), 1.0)
-    opt.step()
-    return loss.item()
 
 
 def polish(
@@ -314,24 +241,23 @@ def polish(
         f"built in {time.time() - t0:.1f}s"
     )
     opt = torch.optim.AdamW(lm.model.parameters(), lr=config.polish_lr, weight_decay=config.weight_decay)
-    lr_at = _cosine(config.polish_lr, min(config.warmup, config.polish_steps), config.polish_steps)
-    lm.model.train()
-    losses, batches = [], []
-    bar = tqdm(range(config.polish_steps), desc="polish", disable=not progress, mininterval=2)
-    for step in bar:
+    episodes = Epochs(examples, config.batch_size, rng, lm.pad_id)
+
+    def next_batch(step: int) -> Batch:
         if config.polish_drill_every and step % config.polish_drill_every == 0:
-            batch = _batch(drills, drill_rng.integers(0, len(drills), config.drill_batch_size), lm.pad_id)
-        else:
-            if not batches:
-                batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
-            batch = _batch(examples, batches.pop(), lm.pad_id)
-        losses.append(
-            lm_step(lm, opt, batch, lr_at(step), f"polish step {step}", "WarmStartConfig.polish_lr")
-        )
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-    lm.model.eval()
-    return losses
+            return random_batch(drills, config.drill_batch_size, drill_rng, lm.pad_id)
+        return episodes.next()
+
+    return sft_loop(
+        lm,
+        opt,
+        config.polish_steps,
+        next_batch,
+        cosine_lr(config.polish_lr, min(config.warmup, config.polish_steps), config.polish_steps),
+        desc="polish",
+        lr_field="WarmStartConfig.polish_lr",
+        progress=progress,
+    )
 
 
 def polish_tasks(config: WarmStartConfig) -> tuple[int, ...]:
@@ -445,16 +371,28 @@ def ground_world(
     _check_context(lm, examples)
     log(f"ground world: {len(examples)} environment-role sequences of real results")
     opt = torch.optim.AdamW(lm.model.parameters(), lr=lr, weight_decay=0.01)
-    lr_at = _cosine(lr, min(60, steps), steps)
-    lm.model.train()
-    losses, batches = [], []
-    bar = tqdm(range(steps), desc="ground world", disable=not progress, mininterval=2)
-    for step in bar:
-        if not batches:
-            batches = length_batches([len(ids) for ids, _ in examples], batch_size, rng)
-        batch = _batch(examples, batches.pop(), lm.pad_id)
-        losses.append(lm_step(lm, opt, batch, lr_at(step), f"ground world step {step}", "lr"))
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-    lm.model.eval()
-    return losses
+    results = Epochs(examples, batch_size, rng, lm.pad_id)
+    return sft_loop(
+        lm,
+        opt,
+        steps,
+        lambda step: results.next(),
+        cosine_lr(lr, min(60, steps), steps),
+        desc="ground world",
+        lr_field="lr",
+        progress=progress,
+    )
+
+
+def build_tokenizer(vocab_size: int = 2048, tasks_per_env: int = 300):
+    """Train the default tokenizer on oracle episodes of the train splits (cached per settings).
+
+    The warm start trains from this, so that retraining the default starts from nothing shipped."""
+    path = cache_dir() / f"tokenizer-v{TOKENIZER_VERSION}-{vocab_size}-{tasks_per_env}"
+    if (path / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(path)
+    demos = [d for env_id in REAL_ENV_IDS for d in record_oracle_episodes(env_id, range(tasks_per_env))]
+    tokenizer = train_tokenizer(corpus_texts(demos), vocab_size=vocab_size)
+    with atomic_directory(path) as tmp:
+        tokenizer.save_pretrained(tmp)
+    return AutoTokenizer.from_pretrained(path)

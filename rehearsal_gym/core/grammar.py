@@ -1,6 +1,6 @@
 """The turn grammar as a character automaton, and the valid-next-token masks it implies.
 
-`TurnGrammar` accepts exactly the canonical turns of `rehearsal_gym.protocol` for a tool set::
+`TurnGrammar` accepts exactly the canonical turns of `rehearsal_gym.core.protocol` for a tool set::
 
     ANSWER <printable ASCII text>
     CALL <tool> {"key": value, "key2": value2}      (json.dumps spacing)
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .protocol import MAX_JSON_DEPTH, MAX_TURN_CHARS, ToolSpec, validate
+from rehearsal_gym.core.protocol import MAX_JSON_DEPTH, MAX_TURN_CHARS, ToolSpec, validate
 
 PRINTABLE = frozenset(chr(c) for c in range(0x20, 0x7F))
 _DIGITS = frozenset("0123456789")

@@ -64,7 +64,7 @@ class Codec:
         missing = missing_special_tokens(tokenizer)
         if missing:
             raise ValueError(
-                f"tokenizer lacks the role tokens {missing}; load it through rehearsal_gym.model.LM"
+                f"tokenizer lacks the role tokens {missing}; load it through rehearsal_gym.core.model.LM"
             )
         self.tokenizer = tokenizer
         vocab = tokenizer.get_vocab()

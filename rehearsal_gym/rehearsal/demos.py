@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from .model import LM
-from .protocol import ToolCall, ToolSpec, parse_turn
-from .roles import ResultBank, env_role_prompt
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.protocol import ToolCall, ToolSpec, parse_turn
+from rehearsal_gym.rehearsal.roles import ResultBank, env_role_prompt
 
 
 @dataclass

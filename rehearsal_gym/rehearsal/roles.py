@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .protocol import ToolCall, ToolSpec, format_call
+from rehearsal_gym.core.protocol import ToolCall, ToolSpec, format_call
 
 MAX_HISTORY_TURNS = 4
 """Most recent agent/env messages shown to the environment role (the request is always shown)."""

@@ -13,8 +13,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from .model import LM
-from .selfsim import SelfSimEnv
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
 class BranchedRehearsalEnv(gym.Env[str, str]):

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .model import LM
-from .rollout import evaluate, run_episodes
-from .selfsim import SelfSimEnv
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.rollout import evaluate, run_episodes
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
 def measure_fidelity(

@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .protocol import ToolCall
+from rehearsal_gym.core.protocol import ToolCall
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
 

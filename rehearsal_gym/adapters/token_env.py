@@ -8,11 +8,11 @@ Choosing the end token (or reaching ``max_turn_tokens``) sends the decoded turn 
 the inner env's reward is given on that step, and its ``terminated``/``truncated`` end the episode.
 
 `action_masks()` gives the tokens that keep the turn valid under the tool-call grammar of the
-current tools (`rehearsal_gym.grammar`), for sb3-contrib's MaskablePPO: a masked policy only ever
+current tools (`rehearsal_gym.core.grammar`), for sb3-contrib's MaskablePPO: a masked policy only ever
 sends turns that parse. Without masks any token may be chosen; the inner env then answers a
 malformed turn with its usual ``error: ...`` observation.
 
-Context policy (as in `rehearsal_gym.rollout`): when the conversation leaves no room for another
+Context policy (as in `rehearsal_gym.core.rollout`): when the conversation leaves no room for another
 full turn in the window, the episode ends with ``truncated=True`` and
 ``info["context_overflow"] = True``; nothing is cut silently.
 """
@@ -25,15 +25,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .grammar import TokenMasker, TurnGrammar
-from .tokenizer import Codec
+from rehearsal_gym.core.grammar import TokenMasker, TurnGrammar
+from rehearsal_gym.core.tokenizer import Codec
 
 
 def as_codec(tokenizer: Any = None) -> Codec:
     """A `Codec` from an `LM`, a `Codec`, a Hugging Face tokenizer with the role tokens, or None
     (the embedded default tokenizer)."""
     if tokenizer is None:
-        from .defaults import default_tokenizer
+        from rehearsal_gym.defaults import default_tokenizer
 
         return Codec(default_tokenizer())
     if isinstance(tokenizer, Codec):

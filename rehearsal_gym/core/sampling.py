@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rehearsal_gym.core.batching import left_pad, right_pad
+
 
 @dataclass
 class Samples:
@@ -22,17 +24,6 @@ class Samples:
     tokens: list[list[int]]
     logprobs: list[list[float]]
     stopped: list[bool]
-
-
-def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s) :] = torch.as_tensor(s, dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
 
 
 def _cache_argument(model: torch.nn.Module) -> str:
@@ -63,7 +54,7 @@ def sample(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True for argmax")
     device = next(model.parameters()).device
-    ids, mask = _left_pad(prompts, pad_id)
+    ids, mask = left_pad(prompts, pad_id)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache_arg = _cache_argument(model)
@@ -129,13 +120,8 @@ def score(
         raise ValueError("every context needs at least one token")
     device = next(model.parameters()).device
     seqs = [list(c) + list(x) for c, x in zip(contexts, continuations, strict=True)]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids = right_pad(seqs, pad_id).to(device)
+    mask = right_pad([[1] * len(s) for s in seqs], 0).to(device)
     logits = model(input_ids=ids, attention_mask=mask).logits
     all_lp = token_logprobs(logits[:, :-1], ids[:, 1:], temperature)
     out = []

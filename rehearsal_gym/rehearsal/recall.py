@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from .demos import _ENTITY_RE, _WORD_RE, Demo, agent_sequence
-from .model import LM
+from rehearsal_gym.core.model import LM
+from rehearsal_gym.rehearsal.demos import _ENTITY_RE, _WORD_RE, Demo, agent_sequence
 
 SOURCES = ("request", "result")
 _VALUE_RE = re.compile(f"{_ENTITY_RE.pattern}|{_WORD_RE.pattern}")

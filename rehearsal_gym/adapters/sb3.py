@@ -7,8 +7,8 @@ SB3 trains the very model that `rehearsal_gym` samples from, and the trained wei
 as a Hugging Face directory with ``policy.lm.save(path)``.
 
     from stable_baselines3 import PPO
-    from rehearsal_gym.sb3 import LMPolicy
-    from rehearsal_gym.token_env import TokenEnv
+    from rehearsal_gym.adapters.sb3 import LMPolicy
+    from rehearsal_gym.adapters.token_env import TokenEnv
 
     env = TokenEnv("ToolCall-v0", lm)
     model = PPO(LMPolicy, env, policy_kwargs={"lm": lm}, learning_rate=1e-5, n_steps=256)
@@ -29,8 +29,8 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-from .defaults import resolve_lm
-from .token_env import TokenEnv
+from rehearsal_gym.adapters.token_env import TokenEnv
+from rehearsal_gym.defaults import resolve_lm
 
 
 class LMFeatures(BaseFeaturesExtractor):

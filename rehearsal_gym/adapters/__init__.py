@@ -1,0 +1,1 @@
+"""Adapters to other libraries: token-level envs and LM policies for stable-baselines3 / sb3-contrib."""
