@@ -41,12 +41,12 @@ def test_recover_waits_for_a_write_in_progress(tmp_path):
 
     with atomic_directory(target) as tmp:
         (tmp / "weights").write_text("first half")
-        waiter = threading.Thread(target=other_process_recovers)
+        waiter = threading.Thread(target=other_process_recovers, daemon=True)
         waiter.start()
-        assert not done.wait(0.3)  # blocked on the writer's lock
+        done.wait(0.3)  # time for a recover that does not wait to run (and delete the temporary)
         (tmp / "config").write_text("second half")
-        assert tmp.is_dir()
-    waiter.join(5)
+        assert tmp.is_dir() and not done.is_set()  # blocked on the writer's lock, the temporary kept
+    waiter.join(60)
     assert done.is_set()
     assert sorted(p.name for p in target.iterdir()) == ["config", "weights"]
 

@@ -37,3 +37,23 @@ def test_skill_turns_put_the_reset_skill_before_the_task(tiny_lm):
     assert skilled[0].ids[: len(skill) + len(task)] == skill + task  # read by the agent
     assert skilled[0].agent_mask[: len(skill)] == [0] * len(skill)
     assert skilled[1].ids == plain[1].ids  # no skill, nothing inserted
+
+
+def test_a_turn_that_could_overflow_the_context_truncates_the_episode(tiny_tokenizer):
+    """Nothing is cut silently: once the next turn could pass the model's context, the episode ends
+    with truncated=True and context_overflow=True, and its ids still fit the context."""
+    from rehearsal_gym.core.model import LM, LMConfig
+
+    probe = gym.make("ToolCall-v0", split="train", max_turns=4)
+    prompt = len(
+        LM.new(tiny_tokenizer, LMConfig(hidden_size=8, num_layers=1, num_heads=1, intermediate_size=8)).turn(
+            "task", probe.reset(options={"task_index": 0})[0]
+        )
+    )
+    small = LM.new(
+        tiny_tokenizer,
+        LMConfig(hidden_size=8, num_layers=1, num_heads=1, intermediate_size=8, max_len=prompt + 12),
+    )
+    (ep,) = run_episodes(small, [probe], [{"task_index": 0}], greedy=False, seed=0, max_turn_tokens=8)
+    assert ep.truncated and ep.context_overflow and len(ep.actions) == 1  # one turn fitted, the next not
+    assert len(ep.ids) <= small.max_len  # the observation that left no room is not kept

@@ -113,9 +113,10 @@ def test_untrained_model_never_crashes_and_is_reproducible(tiny_lm):
     def run(seed):
         env = SelfSimEnv("Finance-v0", model=tiny_lm, max_result_tokens=24, bank_tasks=5)
         env.reset(seed=seed)
-        return [env.step('CALL get_account {"account_id": "A1"}')[0] for _ in range(1)]
+        return env.step('CALL get_account {"account_id": "A1"}')[-1]["env_role"].ids
 
     assert run(3) == run(3)
+    assert len({run(s) for s in range(4)}) > 1  # the seed decides: other seeds, other samples
 
 
 def test_world_seed_fixes_the_imagined_world(tiny_lm):
@@ -140,10 +141,33 @@ def test_bad_world_seed_is_a_clear_error(tiny_lm, bad):
 
 
 def test_uncertainty_reported_with_several_samples(tiny_lm):
-    env = SelfSimEnv("ToolCall-v0", model=tiny_lm, n_samples=3, max_result_tokens=8, bank_tasks=5)
+    def uncertainty(lm):
+        env = SelfSimEnv("ToolCall-v0", model=lm, n_samples=3, max_result_tokens=8, bank_tasks=5)
+        env.reset(seed=0)
+        return env.step('CALL add {"a": 1, "b": 2}')[-1]["uncertainty"]
+
+    assert uncertainty(scripted_lm(tiny_lm, ['{"result": 3}'])) == 0.0  # three identical samples
+    assert uncertainty(tiny_lm) == 1.0  # untrained: 8 random tokens, never the same twice
+
+
+def test_an_unfinished_environment_role_result_ends_the_episode_with_zero(tiny_lm):
+    env = SelfSimEnv("ToolCall-v0", model=scripted_lm(tiny_lm, ['{"result": 12345}']), max_result_tokens=2)
     env.reset(seed=0)
-    info = env.step('CALL add {"a": 1, "b": 2}')[-1]
-    assert 0.0 <= info["uncertainty"] <= 1.0
+    obs, reward, terminated, truncated, info = env.step('CALL add {"a": 1, "b": 2}')
+    assert terminated and reward == 0.0 and info["success"] is False
+    assert "did not finish its result within 2 tokens" in info["error"] and obs.startswith("error:")
+    assert len(info["env_role"].ids) == 2  # what was sampled is still recorded for training
+
+
+def test_infos_are_picklable_in_every_mode(tiny_lm):
+    import pickle
+
+    for mode in ("replace", "wrap", "mixed"):
+        env = SelfSimEnv("ToolCall-v0", model=scripted_lm(tiny_lm, ['{"result": 3}']), mode=mode, p_real=0.5)
+        env.reset(seed=0)
+        for action in ('CALL add {"a": 1, "b": 2}', "CALL nope {}", "ANSWER 3"):
+            info = env.step(action)[-1]
+            assert pickle.loads(pickle.dumps(info)) == info
 
 
 @pytest.mark.parametrize(
@@ -255,7 +279,9 @@ def test_branched_rehearsal(tiny_lm):
     assert third[-1]["imagined"] and third[3]  # truncated after `horizon` imagined steps
     real_only = BranchedRehearsalEnv("ToolCall-v0", model=tiny_lm, real_ratio=1.0, bank_tasks=3)
     real_only.reset(seed=0)
-    assert all(not real_only.step('CALL add {"a": 1, "b": 1}')[-1]["imagined"] for _ in range(3))
+    steps = [real_only.step('CALL add {"a": 1, "b": 1}') for _ in range(3)]
+    assert [json.loads(s[0]) for s in steps] == [{"result": 2}] * 3  # the real tool's answer each time
+    assert all(not s[-1]["imagined"] for s in steps)
 
 
 def test_measure_fidelity_rows_per_family_and_template(tiny_lm):

@@ -89,7 +89,8 @@ def run_episodes(
     draws from torch's global generator.
 
     A turn that could overflow the model's context ends that episode with ``truncated=True``
-    and ``context_overflow=True``; nothing is cut silently.
+    and ``context_overflow=True`` (before the observation that left no room, so an episode's ids
+    always fit the context); nothing is cut silently.
     """
     if len(envs) != len(options):
         raise ValueError(f"{len(envs)} envs but {len(options)} reset options")
@@ -138,9 +139,15 @@ def run_episodes(
             ep.reward += float(reward)
             if terminated or truncated:
                 ep.success, ep.truncated = bool(info.get("success", False)), bool(truncated)
-            else:
-                ep.extend(lm.turn("env", obs), agent=False)
-                still.append(i)
+                continue
+            observation = lm.turn("env", obs)
+            if len(ep.ids) + len(observation) + 1 + max_turn_tokens > lm.max_len:
+                # no room for another turn after this observation: end here, so that an episode's
+                # ids always fit the context the model is trained in
+                ep.truncated = ep.context_overflow = True
+                continue
+            ep.extend(observation, agent=False)
+            still.append(i)
         active = still
     return episodes
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from rehearsal_gym.agents.curriculum import TemplateCurriculum, draw_tasks
 from rehearsal_gym.envs.finance import FinanceEnv
@@ -35,6 +35,7 @@ def test_unknown_templates_are_ignored_and_state_round_trips():
     np.testing.assert_allclose(c.weights(), d.weights())
 
 
+@settings(deadline=None)  # timing is not what this checks: a loaded CI core must not fail it
 @given(st.lists(st.tuples(st.sampled_from(TEMPLATES), st.booleans()), max_size=60))
 def test_weights_are_a_distribution_with_every_template_kept(rounds):
     c = TemplateCurriculum(TEMPLATES, floor=0.01)

@@ -33,11 +33,38 @@ def test_worker_refuses_a_policy_version_it_does_not_hold(tiny_lm):
     ]
 
 
-ray = pytest.importorskip("ray")
+def test_the_learner_refuses_a_round_of_mixed_policy_versions(tiny_lm):
+    """Without Ray: rollouts that report an episode sampled with another policy version stop the
+    round before any update."""
+
+    class MixedRollouts:
+        def sync(self, version, weights):
+            pass
+
+        def collect(self, options, seed):
+            return [None] * len(options), [0] * (len(options) - 1) + [-1]
+
+        def close(self):
+            pass
+
+    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
+    trainer.rollouts = MixedRollouts()
+    before = [p.detach().clone() for p in trainer.lm.model.parameters()]
+    with pytest.raises(RuntimeError, match=r"policy versions \[-1, 0\], not 0"):
+        trainer.train_iteration()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.lm.model.parameters(), strict=True))
+
+
+try:
+    import ray
+except ImportError:  # the Ray tests skip one by one (through the fixture); the ones above still run
+    ray = None
 
 
 @pytest.fixture(scope="module")
 def ray_local():
+    if ray is None:
+        pytest.skip("needs Ray: pip install 'rehearsal-gym[ray]'")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
@@ -111,16 +138,20 @@ def test_killing_a_worker_mid_rollout_loses_no_episode(ray_local, tiny_lm, tmp_p
     marker = tmp_path / "sleeper"
 
     def kill_the_sleeper():
+        deadline = time.monotonic() + REPLACED_WITHIN_S
         while not marker.exists() or not marker.read_text():
+            if time.monotonic() > deadline:
+                return  # never started sleeping: collect() finishes and the restart count fails the test
             time.sleep(0.05)
         ray.kill(pool.workers[pids.index(int(marker.read_text()))], no_restart=True)
 
-    killer = threading.Thread(target=kill_the_sleeper)
+    killer = threading.Thread(target=kill_the_sleeper, daemon=True)
     killer.start()
     try:
         start = time.monotonic()
         episodes, versions = pool.collect([{"task_index": i} for i in range(8)], seed=0)
-        killer.join()
+        killer.join(timeout=REPLACED_WITHIN_S)
+        assert not killer.is_alive()
         assert len(episodes) == 8 and all(ep is not None for ep in episodes) and versions == [2] * 8
         assert pool.restarts == 1 and time.monotonic() - start < REPLACED_WITHIN_S  # replaced, not waited for
     finally:
@@ -151,10 +182,37 @@ def test_trainer_with_ray_workers_trains_on_its_own_version(ray_local, tiny_lm):
     trainer.close()
 
 
-def test_rehearsed_rollouts_on_ray_workers(ray_local, tiny_lm):
-    trainer = PPOTrainer(
-        PPOConfig.from_flat(**{**TINY, "rollout_workers": 2, "rehearse": "replace"}), fresh(tiny_lm)
-    )
-    row = trainer.train_iteration()
-    assert row["charts/env_role_sequences"] >= 0 and trainer.last_versions == [0] * 4
-    trainer.close()
+def test_rehearsed_rollouts_on_ray_workers_train_the_environment_role(ray_local):
+    """The shipped default calls tools, so the workers' SelfSim episodes hold imagined calls, and
+    each becomes an environment-role sequence on the learner."""
+    from rehearsal_gym import default_lm
+
+    config = PPOConfig.from_flat(**{**TINY, "max_turns": 3, "rollout_workers": 2, "rehearse": "replace"})
+    trainer = PPOTrainer(config, default_lm())
+    try:
+        row = trainer.train_iteration()
+    finally:
+        trainer.close()
+    assert row["charts/env_role_sequences"] > 0 and trainer.last_versions == [0] * 4
+
+
+class DyingWorker(RolloutWorker):
+    """Every rollout kills its actor's process."""
+
+    def rollout(self, version, options, seed):
+        os._exit(1)
+
+
+def test_a_round_gives_up_after_three_failures_per_shard(ray_local, tiny_lm):
+    from rehearsal_gym.agents.distributed import RayRollouts
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    config = PPOConfig.from_flat(**{**TINY, "tasks_per_iter": 2, "rollout_workers": 2})
+    pool = RayRollouts(config, fresh(tiny_lm), worker_cls=DyingWorker)
+    pool.sync(0, tiny_lm.model.state_dict())
+    try:
+        with pytest.raises(RuntimeError, match="rollout workers failed 6 times in one round"):
+            pool.collect([{"task_index": i} for i in range(4)], seed=0)
+        assert pool.restarts == 7  # 3 per shard were allowed; the 7th replacement ends the round
+    finally:
+        pool.close()

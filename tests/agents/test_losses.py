@@ -80,6 +80,12 @@ def test_value_loss_and_kl_and_entropy():
     assert value_loss(v, old, ret, mask, clip=0.5).item() == pytest.approx(
         0.5 * (1 + 9) / 2
     )  # max keeps unclipped
+    # the clip binds: values moved 1 from the old ones toward the returns, clipped to 0.5 of that
+    # move, the clipped values are farther from the returns, and PPO2 takes the larger error
+    ret = torch.tensor([[2.0, -2.0]])
+    v = torch.tensor([[1.0, -1.0]])
+    assert value_loss(v, old, ret, mask, clip=None).item() == pytest.approx(0.5 * 1.0)
+    assert value_loss(v, old, ret, mask, clip=0.5).item() == pytest.approx(0.5 * 1.5**2)
     logp = torch.tensor([[math.log(0.5)]])
     ref = torch.tensor([[math.log(0.25)]])
     r = math.log(0.25) - math.log(0.5)

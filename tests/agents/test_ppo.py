@@ -1,4 +1,5 @@
 import copy
+import json
 
 import pytest
 import torch
@@ -17,29 +18,33 @@ def fresh(tiny_lm):
 
 
 def test_loss_uses_exactly_the_sampled_ids(tiny_lm, monkeypatch):
-    sampled = []
+    """Each agent turn of each episode's sequence is the row the sampler returned for that episode's
+    own prompt, with its log-probs: nothing re-tokenised, nothing swapped between episodes."""
+    sampled = {}  # prompt ids -> [(sampled ids, log-probs)] in the sampler's row order
     real_sample = rollout.sample
 
-    def recording_sample(*args, **kwargs):
-        out = real_sample(*args, **kwargs)
-        sampled.append(out.tokens)
+    def recording_sample(model, prompts, **kwargs):
+        out = real_sample(model, prompts, **kwargs)
+        for prompt, tokens, logprobs in zip(prompts, out.tokens, out.logprobs, strict=True):
+            sampled.setdefault(tuple(prompt), []).append((tokens, logprobs))
         return out
 
     monkeypatch.setattr(rollout, "sample", recording_sample)
-    trainer = PPOTrainer(PPOConfig.from_flat(**TINY), fresh(tiny_lm))
+    trainer = PPOTrainer(PPOConfig.from_flat(**{**TINY, "max_turns": 3}), fresh(tiny_lm))
     episodes, groups = trainer.collect()
     seqs = role_sequences(episodes, groups, train_env_role=False)
-    rows = {tuple(t) for round_tokens in sampled for t in round_tokens}
+    turns = 0
     for seq in seqs:
-        runs, current = [], []
-        for token, m in zip(seq.ids, seq.mask, strict=True):
-            if m:
-                current.append(token)
-            elif current:
-                runs.append(tuple(current))
-                current = []
-        runs += [tuple(current)] if current else []
-        assert runs and all(run in rows for run in runs)  # each agent turn is one sampled row, unchanged
+        starts = [i for i, m in enumerate(seq.mask) if m and not seq.mask[i - 1]]
+        assert starts
+        for start in starts:
+            # this episode's own prompt (a group's episodes share their first prompt: rows in order)
+            tokens, logprobs = sampled[tuple(seq.ids[:start])].pop(0)
+            assert seq.ids[start : start + len(tokens)] == tokens
+            assert seq.old_logprobs[start : start + len(tokens)] == logprobs
+            assert all(seq.mask[start : start + len(tokens)])
+            turns += 1
+    assert turns == sum(len(ep.actions) for ep in episodes)
 
 
 def test_update_changes_parameters_and_moves_toward_reward(tiny_lm):
@@ -432,3 +437,34 @@ def test_world_model_is_validated(tiny_lm, tmp_path):
     )
     with pytest.raises(ValueError, match="another tokenizer"):
         PPOTrainer(PPOConfig.from_flat(**TINY, **frozen, world_model=str(tmp_path / "alien")), fresh(tiny_lm))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_loss_stops_train_naming_the_iteration_and_keeps_the_checkpoint(
+    tiny_lm, tmp_path, monkeypatch, bad
+):
+    import rehearsal_gym.agents.ppo as ppo
+    from rehearsal_gym.agents.train import train
+
+    trainers = []  # the trainer train() makes, to read its iteration
+    real_init, real_loss = ppo.PPOTrainer.__init__, ppo.policy_loss
+
+    def remember(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        trainers.append(self)
+
+    def loss_that_breaks_in_the_second_round(*args, **kwargs):
+        loss, clip_frac = real_loss(*args, **kwargs)
+        return (loss + bad if trainers[-1].iteration == 1 else loss), clip_frac
+
+    monkeypatch.setattr(ppo, "policy_loss", loss_that_breaks_in_the_second_round)
+    monkeypatch.setattr(ppo.PPOTrainer, "__init__", remember)
+    config = PPOConfig.from_flat(**{**TINY, "iterations": 3})
+    with pytest.raises(
+        NonFiniteLossError, match=r"PPO loss is (nan|inf) at iteration 1; the last checkpoint is kept"
+    ):
+        train(config, fresh(tiny_lm), tmp_path, eval_tasks=2, progress=False, log=lambda *a: None)
+    state = json.loads((tmp_path / "checkpoint" / "trainer_state.json").read_text())
+    assert state["iteration"] == 1 and len(state["history"]) == 1  # the first round's, complete
+    assert not (tmp_path / "result.json").exists()
+    assert PPOTrainer.load(tmp_path / "checkpoint").iteration == 1

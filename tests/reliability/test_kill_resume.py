@@ -66,8 +66,18 @@ def fresh(tiny_lm):
     return LM(copy.deepcopy(tiny_lm.model), tiny_lm.tokenizer)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The child trains with one thread; so do the runs compared with it here (a float reduction
+    split over another number of threads may round differently, and histories compare exactly)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tiny_lm, tmp_path_factory):
+def uninterrupted(tiny_lm, tmp_path_factory, one_thread):
     out = tmp_path_factory.mktemp("uninterrupted")
     result = train(
         PPOConfig.from_flat(**CONFIG), fresh(tiny_lm), out, eval_tasks=2, progress=False, log=lambda *a: None
