@@ -93,7 +93,15 @@ class PPOTrainer:
         # the learner's own view of the tasks (family, prompts, oracle hints); never stepped in training
         self.probe = gym.make(config.env, split="train", max_turns=config.max_turns).unwrapped
         self.family = self.probe.family
-        self.curriculum = TemplateCurriculum(tuple(self.family.templates), floor=config.curriculum_floor)
+        if config.task_sampling == "template-variance" and not self.family.templates:
+            raise ValueError(
+                f"task_sampling='template-variance' needs task templates; {self.family.name} names none"
+            )
+        if config.skills.skill_hints and not self.family.has_oracle:
+            raise ValueError(f"skill_hints uses the oracle's hints; {self.family.name} has no oracle")
+        self.curriculum = TemplateCurriculum(
+            tuple(self.family.templates or ("",)), floor=config.curriculum_floor
+        )
         self.callbacks = [*callbacks_for(config), *callbacks]
         r = config.rehearsal
         if config.rollout.rollout_workers:  # rollouts on Ray actors, each with its own envs and weights

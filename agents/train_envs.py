@@ -9,8 +9,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 from rehearsal_gym.core.model import LM
-from rehearsal_gym.rehearsal.demos import record_oracle_episodes, result_bank
-from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
+from rehearsal_gym.rehearsal.demos import seed_bank
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv, base_env
 
 from .config import PPOConfig
 
@@ -33,7 +33,7 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
     r = config.rehearsal
     if r.rehearse == "off":
         return [gym.make(config.env, split="train", max_turns=config.max_turns) for _ in range(n)]
-    bank = result_bank(record_oracle_episodes(config.env, range(40)))
+    bank = seed_bank(base_env(config.env).family, 40)
     return [
         SelfSimEnv(
             config.env,

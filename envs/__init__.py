@@ -1,9 +1,11 @@
-"""Real tool environments: function calling, retail customer service (SQLite), finance (SQLite)."""
+"""Real tool environments: function calling, retail customer service (SQLite), finance (SQLite),
+and `make_tool_env`, which makes one of a user's own toolbox class."""
 
 from .base import Backend, Family, Task, ToolEnv, ToolError, explain
 from .finance import FinanceEnv, FinanceFamily
 from .function_calling import FunctionCallingEnv, FunctionCallingFamily
 from .retail import RetailEnv, RetailFamily
+from .toolbox import ToolboxFamily, ToolTask, make_tool_env
 
 ENV_IDS = {"ToolCall-v0": FunctionCallingEnv, "Retail-v0": RetailEnv, "Finance-v0": FinanceEnv}
 """Registered id -> env class of every real tool environment (the one registry of env ids)."""
@@ -23,5 +25,8 @@ __all__ = [
     "Task",
     "ToolEnv",
     "ToolError",
+    "ToolTask",
+    "ToolboxFamily",
     "explain",
+    "make_tool_env",
 ]

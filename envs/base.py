@@ -1,18 +1,18 @@
 """Shared machinery of the real tool environments.
 
-A *family* (function calling, retail, finance) supplies four things: a backend that executes
-tool calls against real state, a seeded task generator, an oracle that solves every task, and
-the state its verifier compares. `ToolEnv` turns a family into a Gymnasium env; `explain`
-labels a finished trajectory for skill data.
+A *family* supplies a backend that executes tool calls against real state (one per episode), its
+tasks, and how a finished episode is scored. The built-in families (function calling, retail,
+finance) have a seeded task generator and an oracle that solves every task, and score by
+comparing the final state and answer with the oracle's; a user's family (`envs.toolbox`,
+`make_tool_env`) scores with the user's reward function and needs no oracle. `ToolEnv` turns a
+family into a Gymnasium env; `explain` labels a finished trajectory for skill data.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
-import string
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,10 +31,8 @@ from rehearsal_gym.core.protocol import (
     parse_turn,
 )
 
-CHARSET = string.printable
-"""Characters of observations and actions (printable ASCII plus whitespace)."""
-MAX_OBS_CHARS = 4096
-"""Longest observation; longer tool results are cut with an explicit marker."""
+from .observations import CHARSET, MAX_OBS_CHARS, ObservationText, Record, result_text, to_observation
+
 SPLITS = ("train", "test")
 TEST_FRACTION_PERCENT = 20
 MALFORMED_POLICIES = ("error", "penalty", "terminate")
@@ -87,10 +85,19 @@ class Backend(ABC):
 
 
 class Family(ABC):
-    """A task family: generator, backend factory, oracle and verifier rules."""
+    """A task family: tasks, a backend factory, and how an episode is scored.
+
+    The defaults are those of the built-in families: tasks drawn by `draw_task` and split by a
+    hash, scored against the oracle's goal state and answer (`reference`, `score`).
+    """
 
     name: str
     tools: Mapping[str, ToolSpec]
+    templates: tuple[str, ...] = ()
+    has_oracle = True
+    """Whether `oracle` solves every task (demonstrations, hints, the result bank of SelfSim)."""
+    can_replan = True
+    """Whether SelfSim's consistent verifier can re-plan the oracle in a rehearsed world."""
 
     @abstractmethod
     def draw_task(self, rng: np.random.Generator, task_id: str) -> Task:
@@ -115,6 +122,25 @@ class Family(ABC):
         """Whether the agent's final state reaches the goal state (default: equal hashes)."""
         return state_hash(state) == state_hash(expected)
 
+    def accepts(self, task: Any) -> bool:
+        """Whether `task` is one of this family's (for ``reset(options={"task": ...})``)."""
+        return isinstance(task, Task) and task.family == self.name
+
+    def reference(self, task: Task) -> tuple[Any, str]:
+        """What a finished episode of `task` is scored against, computed once at reset: here the
+        oracle's goal state and answer. The answer is reported as ``info["expected_answer"]``."""
+        return self.expected_outcome(task)
+
+    def score(self, task: Task, backend: Backend, answer: str, reference: tuple[Any, str]) -> float:
+        """The reward of a finished episode whose final state is `backend`'s: here 1.0 when the goal
+        state is reached and the answer passes the task's check, else 0.0."""
+        state, expected = reference
+        return float(self.state_matches(backend.state(), state) and self.check_answer(task, answer, expected))
+
+    def success(self, value: float) -> bool:
+        """Whether an episode's score counts as a success."""
+        return value >= 1.0
+
     # -- shared ---------------------------------------------------------------------------------
     def split_of(self, task: Task) -> str:
         """Train/test split by a hash of the request, so no request text is in both splits."""
@@ -133,12 +159,21 @@ class Family(ABC):
                 return task
         raise RuntimeError(f"{self.name}: no {split} task after {draws} draws")
 
-    def replay(self, task: Task, calls: Sequence[ToolCall]) -> Any:
-        """State after executing `calls` in order on a fresh backend of the task's world."""
+    def replay_backend(self, task: Task, calls: Sequence[ToolCall]) -> Backend:
+        """A fresh backend of the task's world after executing `calls` in order (the caller closes it)."""
         backend = self.make_backend(task)
         try:
             for call in calls:
                 execute(backend, call)
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    def replay(self, task: Task, calls: Sequence[ToolCall]) -> Any:
+        """State after executing `calls` in order on a fresh backend of the task's world."""
+        backend = self.replay_backend(task, calls)
+        try:
             return backend.state()
         finally:
             backend.close()
@@ -187,39 +222,6 @@ class Family(ABC):
         return "\n".join(lines + [f"Request: {task.prompt}"])
 
 
-class Record(Mapping[str, Any]):
-    """A read-only, picklable snapshot of a JSON-like mapping, used for ``info`` entries.
-
-    Not a ``dict``, so Gymnasium's vector envs keep it whole instead of splitting its fields into
-    typed arrays (which fails when two sub-envs hold different types under one key); unlike
-    ``types.MappingProxyType`` it survives ``copy.deepcopy`` and ``pickle`` (SB3's DummyVecEnv
-    and SubprocVecEnv). The contents are deep-copied, so nothing reaches the env's own state.
-    """
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        object.__setattr__(self, "_data", copy.deepcopy(dict(data)))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self):
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Record is read-only; copy it with dict(record)")
-
-    def __reduce__(self):
-        return (Record, (self._data,))
-
-    def __repr__(self) -> str:
-        return f"Record({self._data!r})"
-
-
 def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
     """Run a parsed call; a refused call becomes an ``{"error": ...}`` result, never an exception."""
     try:
@@ -230,23 +232,6 @@ def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
 
 def state_hash(state: Any) -> str:
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def to_observation(text: str) -> str:
-    """Make text fit the observation space: ASCII-escaped and at most MAX_OBS_CHARS long."""
-    text = text.encode("ascii", "backslashreplace").decode("ascii")
-    text = "".join(c if c in CHARSET else " " for c in text)
-    if len(text) > MAX_OBS_CHARS:  # keep a prefix, and say exactly how many characters were cut
-        keep = MAX_OBS_CHARS
-        while keep + len(marker := f" ...[cut {len(text) - keep} chars]") > MAX_OBS_CHARS:
-            keep = MAX_OBS_CHARS - len(marker)
-        text = text[:keep] + marker
-    return text or " "
-
-
-def result_text(result: Mapping[str, Any]) -> str:
-    """The JSON text of a tool result (a dict or an info `Record`)."""
-    return json.dumps(result if isinstance(result, dict) else dict(result), ensure_ascii=True)
 
 
 class ToolEnv(gym.Env[str, str]):
@@ -262,20 +247,22 @@ class ToolEnv(gym.Env[str, str]):
     Any string is accepted; a malformed one never raises.
 
     ## Reward
-    1.0 when the final answer is given, the backend state matches the oracle's goal state and the
-    answer passes the task's check; else 0.0. With ``malformed="penalty"`` or ``"terminate"`` each
-    malformed turn costs `penalty`.
+    The family's score of the final answer (`Family.score`): for the built-in families 1.0 when the
+    backend state matches the oracle's goal state and the answer passes the task's check, else
+    0.0; for a user's env (`make_tool_env`) its reward function. With ``malformed="penalty"`` or
+    ``"terminate"`` each malformed turn costs `penalty`.
 
     ## Episode end
     Terminated by an ANSWER (or a malformed turn under ``"terminate"``); truncated after
     `max_turns` agent turns.
 
     ## Arguments
+    family: the `Family` of the env (the built-in envs set it on their class).
     split: "train" or "test" (disjoint task sets). max_turns: turn limit.
     malformed: "error" | "penalty" | "terminate". penalty: cost of a malformed turn.
     hints: put the oracle's hint (workflow and rule) in the reset info as ``info["hint"]``, a
     standard channel for distillation from privileged information.
-    Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": Task}``;
+    Reset options: ``{"task_index": i}`` for the i-th task of the split, or ``{"task": task}``;
     ``{"skill": text}`` records the skill a trainer uses for the episode in ``info["skill"]``.
 
     ## Info
@@ -286,6 +273,8 @@ class ToolEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     family: Family
+    eager_backend = True
+    """Make the episode's backend at reset (else on first use: SelfSim's replace mode never needs it)."""
 
     def __init__(
         self,
@@ -295,7 +284,17 @@ class ToolEnv(gym.Env[str, str]):
         penalty: float = 0.1,
         render_mode: str | None = None,
         hints: bool = False,
+        *,
+        family: Family | None = None,
     ) -> None:
+        if family is not None:
+            if not isinstance(family, Family):
+                raise TypeError(f"family must be a Family, got {type(family).__name__}")
+            self.family = family
+        if not isinstance(getattr(self, "family", None), Family):
+            raise TypeError(f"{type(self).__name__} has no family: pass family=... (or use make_tool_env)")
+        if hints and not self.family.has_oracle:
+            raise ValueError(f"hints=True needs an oracle; {self.family.name} has none")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if not isinstance(max_turns, int) or max_turns < 1:
@@ -308,10 +307,10 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.split, self.max_turns, self.malformed, self.penalty = split, max_turns, malformed, penalty
         self.render_mode, self.hints = render_mode, bool(hints)
-        self.observation_space = spaces.Text(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
+        self.observation_space = ObservationText(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(MAX_TURN_CHARS, min_length=0, charset=CHARSET)
         self.task: Task | None = None
-        self.backend: Backend | None = None
+        self._backend: Backend | None = None
         self.transcript: list[tuple[str, str]] = []
         self._done = True
 
@@ -319,13 +318,20 @@ class ToolEnv(gym.Env[str, str]):
     def tools(self) -> Mapping[str, ToolSpec]:
         return self.family.tools
 
+    @property
+    def backend(self) -> Backend | None:
+        """The live backend of the current episode (made on first use), or None before a reset."""
+        if self._backend is None and self.task is not None:
+            self._backend = self.family.make_backend(self.task)
+        return self._backend
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
         if "task" in options:
             task = options["task"]
-            if not isinstance(task, Task) or task.family != self.family.name:
-                raise ValueError(f"options['task'] must be a {self.family.name} Task, got {task!r}")
+            if not self.family.accepts(task):
+                raise ValueError(f"options['task'] must be a task of {self.family.name}, got {task!r}")
         else:
             index = options.get("task_index")
             if index is None:
@@ -335,8 +341,10 @@ class ToolEnv(gym.Env[str, str]):
             task = self.family.task(self.split, int(index))
         self.close()
         self.task = task
-        self.backend = self.family.make_backend(task)
-        self._expected_state, self._expected_answer = self.family.expected_outcome(task)
+        self._reference = self.family.reference(task)
+        self._expected_answer = self._reference[1]
+        if self.eager_backend:
+            self.backend  # noqa: B018 - a toolbox that cannot be made fails here, not mid-episode
         self.turn = 0
         self.malformed_count = 0
         self.calls: list[ToolCall] = []
@@ -354,7 +362,7 @@ class ToolEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str):
-        if self._done or self.backend is None or self.task is None:
+        if self._done or self.task is None:
             obs = "error: the episode is over; call reset() to start a new one"
             return obs, 0.0, True, False, {"error": "step after episode end"}
         self.turn += 1
@@ -382,8 +390,9 @@ class ToolEnv(gym.Env[str, str]):
                 info["result"] = Record(result)
                 obs = result_text(result)
         else:
-            success = self.verify(parsed.text)
-            reward += float(success)
+            value = float(self.verify(parsed.text))
+            success = self.family.success(value)
+            reward += value
             terminated = True
             obs = "episode finished: " + ("success" if success else "failure")
             info.update(success=success, answer=parsed.text)
@@ -404,14 +413,18 @@ class ToolEnv(gym.Env[str, str]):
         """
         return execute(self.backend, call)
 
-    def final_state(self) -> Any:
-        """The state the verifier checks: here the live backend's (SelfSimEnv replays the calls)."""
-        return self.backend.state()
+    def final_backend(self) -> Backend:
+        """The backend whose state is scored: here the live one (SelfSimEnv replays the calls)."""
+        return self.backend
 
-    def verify(self, answer: str) -> bool:
-        """The task verifier: goal state reached and the answer passes the task's check."""
-        state_ok = self.family.state_matches(self.final_state(), self._expected_state)
-        return state_ok and self.family.check_answer(self.task, answer, self._expected_answer)
+    def verify(self, answer: str) -> float:
+        """The score of the episode ending with `answer` (`Family.score` on `final_backend`)."""
+        backend = self.final_backend()
+        try:
+            return self.family.score(self.task, backend, answer, self._reference)
+        finally:
+            if backend is not self._backend:
+                backend.close()
 
     def hint(self) -> str:
         """The oracle's hint for the current task: its workflow and the task's rule (skill-shaped)."""
@@ -430,9 +443,9 @@ class ToolEnv(gym.Env[str, str]):
         return "\n".join(f"[{role}] {text}" for role, text in self.transcript)
 
     def close(self) -> None:
-        if self.backend is not None:
-            self.backend.close()
-            self.backend = None
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
 
 
 def explain(task: Task, oracle_turns: Sequence[str], actions: Sequence[str], infos: Sequence[Mapping]) -> str:

@@ -1,13 +1,16 @@
 """rehearsal-gym: real tool environments and the policy's world-rehearsal role as Gymnasium envs.
 
 Importing the package registers the real tool envs ``ToolCall-v0``, ``Retail-v0``, ``Finance-v0``
-and the world-rehearsal env ``SelfSim-v0``. ``rehearsal_gym.default_lm()`` loads the shipped default
-model and ``rehearsal_gym.LM`` any other.
+and the world-rehearsal env ``SelfSim-v0``. ``make_tool_env(toolbox, tasks, reward)`` makes a tool
+env of a user's own tools (`ToolTask` is one of its tasks); ``SelfSimEnv`` rehearses any of them.
+``rehearsal_gym.default_lm()`` loads the shipped default model and ``rehearsal_gym.LM`` any other.
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
+
+from rehearsal_gym.envs import ToolEnv, ToolError, ToolTask, make_tool_env
 
 __version__ = "0.1.0"
 
@@ -32,6 +35,10 @@ def __getattr__(name: str):
         from rehearsal_gym.defaults import default_lm
 
         return default_lm
+    if name in ("SelfSimEnv", "ResultBank"):
+        from rehearsal_gym.rehearsal import roles, selfsim
+
+        return getattr(selfsim if name == "SelfSimEnv" else roles, name)
     if name == "LM":
         from rehearsal_gym.core.model import LM
 
@@ -39,4 +46,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'rehearsal_gym' has no attribute {name!r}")
 
 
-__all__ = ["LM", "default_lm"]
+__all__ = [
+    "LM",
+    "ResultBank",
+    "SelfSimEnv",
+    "ToolEnv",
+    "ToolError",
+    "ToolTask",
+    "default_lm",
+    "make_tool_env",
+]

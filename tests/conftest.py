@@ -55,3 +55,39 @@ class _ShiftedOracle(torch.nn.Module):
 def shifted_oracle(tiny_lm):
     """shifted_oracle(shift) -> the stand-in model over tiny_lm's vocabulary."""
     return lambda shift: _ShiftedOracle(len(tiny_lm.tokenizer), shift)
+
+
+class _Out(dict):
+    __getattr__ = dict.__getitem__
+
+
+class ScriptedModel(torch.nn.Module):
+    """Writes `texts[k]` for its k-th generation, whatever the prompt (a stand-in environment role)."""
+
+    def __init__(self, lm, texts: list[str]):
+        from types import SimpleNamespace
+
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.vocab = len(lm.tokenizer)
+        self.scripts = [lm.encode(t) + [lm.end_id] for t in texts]
+        self.calls = 0
+        self.config = SimpleNamespace(max_position_embeddings=4096)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False, **_):
+        if cache is None:  # a new generation starts
+            script, step = self.scripts[min(self.calls, len(self.scripts) - 1)], 0
+            self.calls += 1
+        else:
+            script, step = cache
+        logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab), -1e4)
+        logits[:, -1, script[min(step, len(script) - 1)]] = 0.0
+        return _Out(logits=logits, cache=(script, step + 1))
+
+
+@pytest.fixture
+def scripted(tiny_lm):
+    """scripted(texts) -> an LM (tiny_lm's tokenizer) that writes texts[k] as its k-th generation."""
+    from rehearsal_gym.core.model import LM
+
+    return lambda texts: LM(ScriptedModel(tiny_lm, texts), tiny_lm.tokenizer)

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -277,3 +278,58 @@ def test_ground_world_writes_a_world_model_and_keeps_an_existing_one(tiny_lm, tm
     bad = [*cmd[:-2], str(tmp_path / "w2"), "--first-task", "-1"]
     out = subprocess.run(bad, capture_output=True, text=True, timeout=600)
     assert out.returncode == 2 and "--first-task must be >= 0" in out.stderr
+
+
+USER_ENV = '''
+import functools
+import gymnasium as gym
+from rehearsal_gym import ToolTask, make_tool_env
+
+
+class Echo:
+    def __init__(self, task):
+        self.said = []
+
+    def say(self, text: str) -> dict:
+        """Say something.
+
+        Args:
+            text: what to say
+        """
+        self.said.append(text)
+        return {"said": text}
+
+
+TASKS = [ToolTask(f"Say {w}.", {"w": w}) for w in ["hi", "yo", "ok", "no", "go", "up", "on", "so", "we", "me"]]
+gym.register("Echo-v0", entry_point=functools.partial(
+    make_tool_env, Echo, TASKS, lambda task, echo, answer: task.data["w"] in echo.said))
+'''
+
+
+def test_eval_and_fidelity_take_a_user_env_by_module_and_id(tiny_lm, tmp_path):
+    tiny_lm.save(tmp_path / "model")
+    (tmp_path / "user_envs.py").write_text(USER_ENV)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    base = [sys.executable, "-m", "rehearsal_gym.cli"]
+    for cmd in (
+        ["eval", "--model", str(tmp_path / "model")],
+        ["fidelity", "--model", str(tmp_path / "model")],
+    ):
+        out = subprocess.run(
+            base
+            + cmd
+            + ["--envs", "user_envs:Echo-v0", "--tasks", "2", "--out", str(tmp_path / cmd[0]), "--quiet"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "Echo-v0" in out.stdout
+    out = subprocess.run(
+        base + ["eval", "--model", "default", "--envs", "no_such_module:X-v0"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert out.returncode == 2 and "cannot import 'no_such_module'" in out.stderr

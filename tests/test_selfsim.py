@@ -9,7 +9,8 @@ from gymnasium.utils.env_checker import check_env
 from rehearsal_gym.envs.base import state_hash
 
 from rehearsal_gym.core.model import LM
-from rehearsal_gym.rehearsal.selfsim import SelfSimEnv, fidelity, result_error
+from rehearsal_gym.rehearsal.imagined import fidelity, result_error
+from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
 class _Out(dict):
@@ -246,7 +247,7 @@ def test_vector_env_is_reproducible(tiny_lm):
 
 
 def test_record_and_replay_cache(tiny_lm, tmp_path):
-    from rehearsal_gym.rehearsal.selfsim import ImaginationCache
+    from rehearsal_gym.rehearsal.imagined import ImaginationCache
 
     cache = ImaginationCache()
     env = SelfSimEnv("ToolCall-v0", model=tiny_lm, max_result_tokens=12, bank_tasks=5, cache=cache)

@@ -5,8 +5,11 @@ Start with `rehearsal-gym demo`; `rehearsal-gym COMMAND --help` lists a command'
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
+
+import gymnasium as gym
 
 from rehearsal_gym.cli.commands import (
     cmd_demo,
@@ -46,6 +49,27 @@ def _common(cmd: argparse.ArgumentParser, out: str, model: bool = True) -> None:
 
 def _envs(cmd: argparse.ArgumentParser, default=REAL_ENV_IDS, what: str = "real envs to run on") -> None:
     cmd.add_argument("--envs", nargs="+", default=list(default), choices=REAL_ENV_IDS, help=what)
+
+
+def _env_id(text: str) -> str:
+    """A registered tool env id, or ``module:id`` (the module is imported first, and registers it)."""
+    module, _, env_id = text.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise argparse.ArgumentTypeError(
+                f"cannot import {module!r} to register {env_id!r}: {e}"
+            ) from None
+    if env_id not in gym.registry:
+        raise argparse.ArgumentTypeError(
+            f"{env_id!r} is not a registered env id; a user env: module:Id (its module registers it)"
+        )
+    return env_id
+
+
+def _any_envs(cmd: argparse.ArgumentParser, what: str) -> None:
+    cmd.add_argument("--envs", nargs="+", type=_env_id, default=list(REAL_ENV_IDS), help=what)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="model directories or 'default' (the embedded default), each optionally NAME=PATH; "
         "the first is the baseline",
     )
-    _envs(ev)
+    _any_envs(ev, "tool envs to evaluate on: registered ids, or module:Id for a user env")
     ev.add_argument("--tasks", type=int, default=100, help="held-out tasks per env")
     ev.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
     ev.add_argument(
@@ -151,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(ev, "runs/eval", model=False)
 
     fi = command("fidelity", cmd_fidelity)
-    _envs(fi)
+    _any_envs(fi, "tool envs to measure: registered ids, or module:Id for a user env")
     fi.add_argument("--tasks", type=int, default=50, help="held-out tasks per env")
     fi.add_argument(
         "--world-temperature", type=float, default=1.0, help="environment-role sampling temperature"

@@ -205,7 +205,9 @@ class TurnGrammar:
             kind = schema.get("type")
             if kind is None and schema.get("enum") and all(isinstance(v, str) for v in schema["enum"]):
                 kind = "string"
-            if kind in _FIRST and ch not in _FIRST[kind]:
+            kinds = [kind] if isinstance(kind, str) else list(kind or [])
+            kinds += ["null"] if kinds and schema.get("nullable") else []
+            if kinds and all(k in _FIRST for k in kinds) and not any(ch in _FIRST[k] for k in kinds):
                 return None
             if ch == "-" and schema.get("minimum", -1) >= 0:
                 return None

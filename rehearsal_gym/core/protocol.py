@@ -229,10 +229,13 @@ def validate(value: Any, schema: Mapping[str, Any], where: str = "value") -> str
     Integers must fit in int64 (the backends store them in SQLite).
     """
     kind = schema.get("type")
-    if kind is not None and kind not in _JSON_TYPES:
+    kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    if any(k not in _JSON_TYPES for k in kinds):
         raise ValueError(f"unsupported schema type {kind!r}")
-    if kind is not None and not _type_ok(value, kind):
-        return f"{where} must be {kind}, got {_json_type(value)}"
+    if schema.get("nullable") and value is None:  # OpenAPI's nullable, as transformers writes it
+        return None
+    if kinds and not any(_type_ok(value, k) for k in kinds):
+        return f"{where} must be {' or '.join(kinds)}, got {_json_type(value)}"
     if _json_type(value) == "integer" and not INT64_MIN <= value <= INT64_MAX:
         return f"{where} is out of the 64-bit integer range"
     if "enum" in schema and value not in schema["enum"]:

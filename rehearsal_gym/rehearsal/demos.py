@@ -16,6 +16,7 @@ import numpy as np
 
 from rehearsal_gym.core.model import LM
 from rehearsal_gym.core.protocol import ToolCall, ToolSpec, parse_turn
+from rehearsal_gym.envs.base import Family, ToolEnv
 from rehearsal_gym.rehearsal.roles import ResultBank, env_role_prompt
 
 
@@ -31,11 +32,20 @@ class Demo:
     template: str = ""  # the task's template (e.g. "refund")
 
 
-def record_oracle_episodes(env_id: str, task_indices: Iterable[int], split: str = "train") -> list[Demo]:
-    """Run the oracle on the given tasks of a real env and record each transcript."""
+def record_oracle_episodes(
+    env_id: str | Family, task_indices: Iterable[int], split: str = "train"
+) -> list[Demo]:
+    """Run the oracle on the given tasks of a real env (an id, or a family) and record each transcript."""
     import rehearsal_gym  # noqa: F401 - registers the env ids
 
-    env = gym.make(env_id, split=split)
+    if isinstance(env_id, Family):
+        env = ToolEnv(split=split, family=env_id)
+        env_id = env_id.name
+    else:
+        env = gym.make(env_id, split=split)
+    if not env.unwrapped.family.has_oracle:
+        env.close()
+        raise ValueError(f"{env.unwrapped.family.name} has no oracle to record demonstrations from")
     demos = []
     try:
         for index in task_indices:
@@ -63,6 +73,15 @@ def result_bank(demos: Sequence[Demo]) -> ResultBank:
         for j, call in demo.call_turns:
             bank.add(call, demo.transcript[j + 1][1])
     return bank
+
+
+def seed_bank(family: Family, n_tasks: int = 40) -> ResultBank:
+    """The real results an environment role starts from: the oracle's on `n_tasks` train tasks when
+    the family has an oracle, else an empty bank (filled by real calls in wrap/mixed mode, or
+    loaded from a file with `ResultBank.load`)."""
+    if not family.has_oracle or n_tasks == 0:
+        return ResultBank()
+    return result_bank(record_oracle_episodes(family, range(n_tasks)))
 
 
 def env_role_prompts(demo: Demo, bank: ResultBank, rng: np.random.Generator, k: int = 1):

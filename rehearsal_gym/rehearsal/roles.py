@@ -8,6 +8,7 @@ Pure text functions; the model turns them into ids.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -60,12 +61,16 @@ class ResultBank:
         self._shapes: dict[str, set[frozenset[str]]] = defaultdict(set)
 
     def add(self, call: ToolCall, result_text: str) -> None:
-        bucket = self._results[call.name]
+        """Record a real result of `call` (its JSON text)."""
+        self.add_text(call.name, format_call(call.name, call.arguments), result_text)
+
+    def add_text(self, tool: str, call_text: str, result_text: str) -> None:
+        bucket = self._results[tool]
         if len(bucket) < self.per_tool:
-            bucket.append((format_call(call.name, call.arguments), result_text))
+            bucket.append((call_text, result_text))
         result = json.loads(result_text)
         if set(result) != {"error"}:
-            self._shapes[call.name].add(frozenset(result))
+            self._shapes[tool].add(frozenset(result))
 
     def shapes(self, tool: str) -> set[frozenset[str]]:
         """Key sets of the tool's real (non-error) results seen so far."""
@@ -83,3 +88,32 @@ class ResultBank:
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._results.values())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the recorded (tool, call, result) triples as JSON lines, atomically."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            for tool, bucket in self._results.items():
+                for call, result in bucket:
+                    f.write(json.dumps({"tool": tool, "call": call, "result": result}) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, per_tool: int = 64) -> ResultBank:
+        """A bank of the JSON lines at `path`: ``{"tool", "call", "result"}`` per line, as `save`
+        writes them; `call` is the call's text (``CALL name {json}``) and `result` the tool's JSON
+        result. Lines recorded from any source of real interactions work."""
+        bank = cls(per_tool)
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                    tool, call, result = entry["tool"], entry["call"], entry["result"]
+                    if not isinstance(json.loads(result), dict):
+                        raise ValueError("result is not a JSON object")
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{n}: not a recorded result ({e})") from None
+                bank.add_text(tool, call, result)
+        return bank

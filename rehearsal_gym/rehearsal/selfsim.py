@@ -1,6 +1,7 @@
 """SelfSimEnv: the policy's world-rehearsal role (EnvACE) as a Gymnasium env.
 
-The env takes its tasks, tools and verifier from a real env (`base`). On a tool call, the
+The env takes its tasks, tools and verifier from a real tool env (`base`: one of the built-in
+families, or any env made by `make_tool_env`). On a tool call, the
 language model, prompted in its *environment role*, writes the tool's JSON result. The result
 must parse as a JSON object with the shape of that tool's real results; otherwise the episode
 ends with reward 0 and ``info["error"]`` says why.
@@ -12,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -19,104 +21,48 @@ import numpy as np
 import torch
 
 from rehearsal_gym.core.model import LM
-from rehearsal_gym.core.protocol import MAX_JSON_DEPTH, ToolCall, format_call, parse_turn, quote
+from rehearsal_gym.core.protocol import ToolCall, format_call, parse_turn
 from rehearsal_gym.core.rollout import ImaginedCall
 from rehearsal_gym.core.sampling import Samples, sample
 from rehearsal_gym.defaults import resolve_lm
-from rehearsal_gym.envs.base import Record, ToolEnv, execute, result_text, to_observation
+from rehearsal_gym.envs.base import Backend, Record, ToolEnv, execute, result_text, to_observation
 from rehearsal_gym.rehearsal.consistency import consistent_answer, premise_breaks, replan
-from rehearsal_gym.rehearsal.demos import record_oracle_episodes, result_bank
+from rehearsal_gym.rehearsal.demos import seed_bank
+from rehearsal_gym.rehearsal.imagined import ImaginationCache, canonical, fidelity, json_object, result_error
 from rehearsal_gym.rehearsal.roles import ResultBank, env_role_prompt
+
+# A forked child (gymnasium's AsyncVectorEnv forks its workers on Linux) cannot use the parent's
+# OpenMP thread pool: its first parallel forward pass deadlocks. As torch's DataLoader workers do,
+# a forked child runs the model on one thread.
+os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 MODES = ("replace", "wrap", "mixed")
 VERIFIERS = ("real", "consistent")
+_SETTINGS = ("split", "max_turns", "malformed", "penalty", "render_mode", "hints")
 
 
-def result_error(text: str, shapes: set[frozenset[str]]) -> tuple[dict[str, Any] | None, str | None]:
-    """Parse an imagined result; return (result, None) or (None, why it is unusable).
-
-    A result must be a JSON object whose keys are those of some real result of the tool
-    (`shapes`), or ``{"error": <string>}`` as a refusing tool writes. Empty `shapes`: any object.
-    """
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        return None, f"environment role wrote invalid JSON ({str(e)[:60]}): {quote(text, 60)}"
-    if not isinstance(value, dict):
-        return None, f"environment role wrote a JSON {type(value).__name__}, not an object: {quote(text, 60)}"
-    keys = frozenset(value)
-    if keys == {"error"} and isinstance(value["error"], str):
-        return value, None
-    if shapes and keys not in shapes:
-        want = " or ".join(sorted("{" + ", ".join(sorted(s)) + "}" for s in shapes))
-        return None, f"environment role wrote keys {sorted(keys)}; real results have {want}"
-    if _depth(value) > MAX_JSON_DEPTH:
-        return None, "environment role wrote JSON nested too deep"
-    return value, None
-
-
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
-
-
-def fidelity(imagined: dict[str, Any], real: dict[str, Any]) -> dict[str, float]:
-    """Exact match, share of the real result's fields reproduced, and share of imagined fields
-    that the real result does not have (hallucinated)."""
-    exact = float(json.dumps(imagined, sort_keys=True) == json.dumps(real, sort_keys=True))
-    fields = float(np.mean([k in imagined and imagined[k] == v for k, v in real.items()])) if real else exact
-    hallucinated = float(np.mean([k not in real for k in imagined])) if imagined else 0.0
-    return {"exact": exact, "field_accuracy": fields, "hallucinated_fields": hallucinated}
-
-
-class ImaginationCache:
-    """Record/replay of imagined results, keyed by environment-role prompt ids and seed.
-
-    `save` writes JSON lines; `ImaginationCache(path)` loads them, so a rehearsal can be replayed
-    exactly (e.g. to debug a training run) even after the weights changed.
-    """
-
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.hits = 0
-        if path is not None:
-            with open(path) as f:
-                for line in f:
-                    entry = json.loads(line)
-                    self.entries[entry["key"]] = entry
-
-    @staticmethod
-    def key(prompt_ids: list[int], seed: int) -> str:
-        return hashlib.sha256(json.dumps([prompt_ids, seed]).encode()).hexdigest()
-
-    def get(self, key: str) -> Samples | None:
-        entry = self.entries.get(key)
-        if entry is None:
-            return None
-        self.hits += 1
-        return Samples(entry["tokens"], entry["logprobs"], entry["stopped"])
-
-    def put(self, key: str, samples: Samples) -> None:
-        self.entries[key] = {
-            "key": key,
-            "tokens": samples.tokens,
-            "logprobs": samples.logprobs,
-            "stopped": samples.stopped,
-        }
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write all entries as JSON lines, atomically."""
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            for entry in self.entries.values():
-                f.write(json.dumps(entry) + "\n")
-        os.replace(tmp, path)
-
-    def __len__(self) -> int:
-        return len(self.entries)
+def base_env(base: str | gym.Env | Callable[[], gym.Env], **kwargs: Any) -> ToolEnv:
+    """The tool env a SelfSimEnv takes its family and settings from: `base` is a registered id
+    (made with `kwargs`), a tool env, or a factory of one (called with no arguments)."""
+    if isinstance(base, str):
+        if ":" not in base and base not in gym.registry:  # gym.make imports the module of "module:Id"
+            raise ValueError(f"base {base!r} is not a registered env id")
+        env = gym.make(base, disable_env_checker=True, **kwargs).unwrapped
+    elif isinstance(base, gym.Env):
+        env = base.unwrapped
+    elif callable(base):
+        env = base()
+        env = env.unwrapped if isinstance(env, gym.Env) else env
+    else:
+        env = None
+    if not isinstance(env, ToolEnv):
+        raise ValueError(
+            "base must be a tool env: a registered id, an env made by make_tool_env or a built-in one, "
+            f"or a factory of one; got {base!r}"
+        )
+    if isinstance(env, SelfSimEnv):
+        raise ValueError("base must be a real tool env, not a SelfSimEnv")
+    return env
 
 
 class SelfSimEnv(ToolEnv):
@@ -135,21 +81,27 @@ class SelfSimEnv(ToolEnv):
     world does not share does not fail an agent that acted correctly on it.
 
     ## Arguments
-    base: id of a real env ("ToolCall-v0", "Retail-v0", "Finance-v0").
+    base: the real tool env: a registered id ("ToolCall-v0", "Retail-v0", "Finance-v0", or a user
+        env's), an env instance (e.g. made by `make_tool_env`) or a factory of one. Its family and
+        settings (split, max_turns, ...) are taken, overridden by the keyword arguments given here.
     model: an `LM`, a local model directory, or None for the embedded default (shipped trained;
         see `rehearsal_gym.defaults`).
     mode: "replace" (the backend is never called), "wrap" (the real tool runs too; info carries
         both results and a fidelity score; the agent sees the imagined one), "mixed" (real with
         probability `p_real`, drawn from the env's seeded RNG).
     n_examples: real recorded results of the tool shown in the environment-role prompt.
-    bank_tasks, bank: the real results come from oracle runs of `bank_tasks` train tasks, or from
-        a given `ResultBank` (shared between envs); real results seen in wrap/mixed mode join it.
+    bank_tasks, bank: the real results come from a given `ResultBank` (shared between envs) or a
+        JSON-lines file of one (`ResultBank.save`), else from oracle runs of `bank_tasks` train
+        tasks when the family has an oracle, else from nothing: the environment role then works
+        from the tool's schema alone until real results arrive. Real results seen in wrap/mixed mode
+        join the bank.
     cache: an `ImaginationCache` recording imagined results; one loaded from a file replays them
         (same prompt and seed) without sampling. Imagined results never enter the bank.
     n_samples: environment-role samples per call; with more than one, ``info["uncertainty"]``
         is the share of samples that disagree with the one used.
     max_result_tokens, temperature: environment-role sampling.
-    verifier: "real" or "consistent" (see Reward).
+    verifier: "real" or "consistent" (see Reward; the consistent verifier re-plans the oracle, so
+        it needs a family that can: the built-in ones).
     premise_redraws: how many more environment-role results to draw (each with its own seed, in
         order) when an imagined result drops a record the request names that the task's real world
         holds, or lists it twice, such as the holding of the symbol the user asks to sell
@@ -160,14 +112,15 @@ class SelfSimEnv(ToolEnv):
     Other arguments as the base env.
 
     ## Info (per call)
-    ``imagined`` (bool), ``env_role`` (an `ImaginedCall`: prompt ids, sampled ids and log-probs
+    ``imagined`` (bool), ``real_examples`` (how many real results of the tool the environment role
+    was shown; 0: it worked from the schema alone), ``env_role`` (an `ImaginedCall`: prompt ids, sampled ids and log-probs
     of the environment role, and in wrap mode the real result, for training it), in wrap mode ``real_result`` and ``fidelity``; with premise_redraws,
     ``premise_redraws`` (results drawn again for this call) and ``premise_kept`` (bool).
     """
 
     def __init__(
         self,
-        base: str = "ToolCall-v0",
+        base: str | gym.Env | Callable[[], gym.Env] = "ToolCall-v0",
         model: LM | str | None = None,
         mode: str = "replace",
         p_real: float = 0.5,
@@ -176,7 +129,7 @@ class SelfSimEnv(ToolEnv):
         max_result_tokens: int = 256,
         temperature: float = 1.0,
         bank_tasks: int = 40,
-        bank: ResultBank | None = None,
+        bank: ResultBank | str | os.PathLike | None = None,
         cache: ImaginationCache | None = None,
         verifier: str = "real",
         premise_redraws: int = 0,
@@ -197,20 +150,33 @@ class SelfSimEnv(ToolEnv):
             raise ValueError(f"n_examples must be an int >= 0, got {n_examples!r}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        spec = gym.spec(base) if isinstance(base, str) else None
-        base_cls = gym.envs.registration.load_env_creator(spec.entry_point) if spec else None
-        if not (isinstance(base_cls, type) and issubclass(base_cls, ToolEnv)):
-            raise ValueError(f"base must be the id of a real tool env, got {base!r}")
-        self.family = base_cls.family
-        super().__init__(**base_kwargs)
-        self.base_id, self.mode, self.p_real, self.verifier = base, mode, p_real, verifier
+        if not isinstance(bank_tasks, int) or bank_tasks < 0:
+            raise ValueError(f"bank_tasks must be an int >= 0, got {bank_tasks!r}")
+        proto = base_env(base, **base_kwargs) if isinstance(base, str) else base_env(base)
+        family = proto.family
+        if verifier == "consistent" and not family.can_replan:
+            raise ValueError(
+                f"verifier='consistent' re-plans the oracle in the rehearsed world, which {family.name} "
+                "cannot do; use verifier='real'"
+            )
+        if premise_redraws and not family.has_oracle:
+            raise ValueError(
+                f"premise_redraws compares with the oracle's results; {family.name} has no oracle"
+            )
+        settings = {k: getattr(proto, k) for k in _SETTINGS} | base_kwargs
+        self.eager_backend = mode != "replace"  # replace mode never calls the real tools in an episode
+        super().__init__(family=family, **settings)
+        self.base_id = base if isinstance(base, str) else family.name
+        self.mode, self.p_real, self.verifier = mode, p_real, verifier
         # the agent's calls and the results it was shown (what the consistent verifier re-plans on)
         self.seen: list[tuple[ToolCall, dict[str, Any]]] = []
         self.n_examples, self.n_samples, self.premise_redraws = n_examples, n_samples, premise_redraws
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
         self.lm = resolve_lm(model)
         if bank is None:
-            bank = result_bank(record_oracle_episodes(base, range(bank_tasks)))
+            bank = seed_bank(family, bank_tasks)
+        elif not isinstance(bank, ResultBank):
+            bank = ResultBank.load(bank)
         self.bank = bank
         self.cache = cache
         self._pending: dict[str, Any] = {}
@@ -264,7 +230,7 @@ class SelfSimEnv(ToolEnv):
         prompt = env_role_prompt(self.tools, call, transcript, examples)
         prompt_ids = self.lm.turn("sim", prompt) + [self.lm.role_ids["env"]]
         seed = int(rng.integers(0, 2**62))
-        return {"imagine": True, "prompt_ids": prompt_ids, "seed": seed}
+        return {"imagine": True, "prompt_ids": prompt_ids, "seed": seed, "examples": len(examples)}
 
     def plan_step(self, action: str) -> dict[str, Any] | None:
         """For a vector env: the plan of the imagination that `step(action)` will need, or None.
@@ -298,6 +264,7 @@ class SelfSimEnv(ToolEnv):
     def imagine(self, call: ToolCall, plan: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] | None:
         """The environment role's result for `call`; None (and info["error"]) if unusable."""
         prompt_ids = plan["prompt_ids"]
+        info["real_examples"] = plan["examples"]
         if not self._fits(plan):
             info["error"] = f"environment-role prompt ({len(prompt_ids)} tokens) overflows the context"
             return None
@@ -315,7 +282,7 @@ class SelfSimEnv(ToolEnv):
             tuple(prompt_ids), tuple(out.tokens[0]), tuple(out.logprobs[0])
         )
         if len(out.tokens) > 1:
-            canon = [_canonical(self.lm.decode(t)) for t in out.tokens]
+            canon = [canonical(self.lm.decode(t)) for t in out.tokens]
             info["uncertainty"] = float(np.mean([c != canon[0] for c in canon[1:]]))
         if error:
             info["error"] = error
@@ -383,16 +350,16 @@ class SelfSimEnv(ToolEnv):
                 call = parse_turn(action, self.tools)
                 if isinstance(call, ToolCall):
                     self.calls.append(call)
-                    self.seen.append((call, _json_object(observation)))
+                    self.seen.append((call, json_object(observation)))
                     if self.mode != "replace":
                         execute(self.backend, call)
             obs = self.transcript[-1][1]
             info["turn"] = self.turn
         return obs, info
 
-    def final_state(self) -> Any:
+    def final_backend(self) -> Backend:
         """Replay the agent's calls on a fresh backend: rehearsed episodes are scored like real ones."""
-        return self.family.replay(self.task, self.calls)
+        return self.family.replay_backend(self.task, self.calls)
 
     def step(self, action: str):
         self._real_verdict = None
@@ -401,7 +368,7 @@ class SelfSimEnv(ToolEnv):
             info["real_verifier_success"] = self._real_verdict
         return obs, reward, terminated, truncated, info
 
-    def verify(self, answer: str) -> bool:
+    def verify(self, answer: str) -> float:
         """The real verifier, or (verifier="consistent") its expectation re-planned in the world
         the agent saw; ``info["expected_answer"]`` then reports the re-planned answer and
         ``info["real_verifier_success"]`` what the real verifier says.
@@ -412,7 +379,7 @@ class SelfSimEnv(ToolEnv):
         shown results (`consistency.replan`)."""
         if self.verifier != "consistent":
             return super().verify(answer)
-        self._real_verdict = super().verify(answer)
+        self._real_verdict = self.family.success(super().verify(answer))
         task = self.family.shown_task(self.task, self.seen)
         calls, expected = self.family.oracle_plan(task)
         plan = replan(self.family.oracle_trace(task), self.seen, self.task.prompt)
@@ -421,32 +388,19 @@ class SelfSimEnv(ToolEnv):
             key, expected = consistent_answer(task.answer_kind, task.answer_key, expected, mapping)
             task = dataclasses.replace(task, answer_key=key)
         elif task is self.task:
-            return self._real_verdict
+            return float(self._real_verdict)
         self._expected_answer = expected
         goal = self.family.replay(task, calls)
         state = self.family.replay(task, self.calls)
-        return self.family.state_matches(state, goal) and self.family.check_answer(task, answer, expected)
+        return float(
+            self.family.state_matches(state, goal) and self.family.check_answer(task, answer, expected)
+        )
 
 
 def _redraw_seed(seed: int, redraw: int) -> int:
     """The sampling seed of the `redraw`-th result drawn again for a call planned with `seed`."""
     digest = hashlib.blake2b(f"{seed}:{redraw}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % 2**62
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _canonical(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), sort_keys=True)
-    except (json.JSONDecodeError, RecursionError):
-        return text
 
 
 class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
@@ -464,7 +418,7 @@ class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
         lm = resolve_lm(model)
         if kwargs.get("bank") is None:  # one bank of real results shared by the sub-envs
             base, bank_tasks = kwargs.get("base", "ToolCall-v0"), kwargs.pop("bank_tasks", 40)
-            kwargs["bank"] = result_bank(record_oracle_episodes(base, range(bank_tasks)))
+            kwargs["bank"] = seed_bank(base_env(base).family, bank_tasks)
         super().__init__([lambda: SelfSimEnv(model=lm, **kwargs) for _ in range(num_envs)])
 
     def step(self, actions):
