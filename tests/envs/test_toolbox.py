@@ -388,3 +388,17 @@ def test_ppo_trains_on_a_user_env_real_and_rehearsed(tiny_lm, rehearse):
         "t2",
     }
     assert any(not torch.equal(a, b) for a, b in zip(before, lm.model.parameters(), strict=True))
+
+
+def test_the_example_runs_and_its_scripted_agent_solves_the_real_env():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "examples/bring_your_own_env.py", "--tasks", "6"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "real env 100%" in out.stdout and "imagined results (" in out.stdout
