@@ -9,6 +9,7 @@ episodes -> `role_sequences` (the agent's tokens of each episode and, for SelfSi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -134,9 +135,19 @@ class Minibatch:
     returns: torch.Tensor | None = None  # (B, T - 1), gae only
     old_values: torch.Tensor | None = None  # (B, T - 1), gae only
 
+    def to(self, device: torch.device) -> Minibatch:
+        """The same minibatch with its tensors on `device` (the model's)."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+            else getattr(self, f.name)
+            for f in dataclasses.fields(self)
+        }
+        return Minibatch(**moved)
+
     def skill_mask(self) -> torch.Tensor:
         """The target mask restricted to sequences that have a skill (SEED's teacher scores them)."""
-        has = torch.tensor([bool(sq.skill_ids) for sq in self.seqs])[:, None]
+        has = torch.tensor([bool(sq.skill_ids) for sq in self.seqs], device=self.mask.device)[:, None]
         return self.mask * has
 
 

@@ -144,6 +144,7 @@ class Grounding(TrainerCallback):
     def batch_loss(trainer: PPOTrainer, batch: list[RoleSequence]) -> torch.Tensor:
         """NLL of the real results in `batch` under the current env role (teacher forcing)."""
         ids, attn, mask = pad_masked([s.ids for s in batch], [s.mask for s in batch], trainer.lm.pad_id)
+        ids, attn, mask = ids.to(trainer.lm.device), attn.to(trainer.lm.device), mask.to(trainer.lm.device)
         logits = trainer.lm.model(input_ids=ids, attention_mask=attn).logits[:, :-1]
         return grounding_loss(token_logprobs(logits, ids[:, 1:]), mask[:, 1:])
 

@@ -56,6 +56,7 @@ class PPOSection:
     gamma: NonNegativeFloat = 1.0  # GAE discount over a role's tokens
     lam: NonNegativeFloat = 0.95  # GAE lambda
     vf_coef: NonNegativeFloat = 0.5  # value loss weight (gae only)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
 
     def __post_init__(self) -> None:
         validate(self, "PPOConfig.ppo")

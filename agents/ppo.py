@@ -78,10 +78,15 @@ class PPOTrainer:
 
     def __init__(self, config: PPOConfig, lm: LM, callbacks: Sequence[TrainerCallback] = ()) -> None:
         self.config, self.lm = config, lm
+        if config.ppo.gradient_checkpointing:
+            model = lm.model  # transformers 5 renamed it (the old name warns until it is removed in 6)
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         self.ref = copy.deepcopy(lm.model).eval()
         for p in self.ref.parameters():
             p.requires_grad_(False)
-        self.value_head = ValueHead(lm.model.config.hidden_size)
+        self.value_head = ValueHead(lm.model.config.hidden_size).to(
+            lm.device
+        )  # float32 on the model's device
         self.opt = torch.optim.AdamW(
             [*lm.model.parameters(), *self.value_head.parameters()], lr=config.ppo.lr
         )
@@ -178,6 +183,7 @@ class PPOTrainer:
     # -- advantages -----------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits predicting each next token and the value at the same positions."""
+        ids, attn = ids.to(self.lm.device), attn.to(self.lm.device)
         out = self.lm.model(input_ids=ids, attention_mask=attn, output_hidden_states=True)
         return out.logits[:, :-1], self.value_head(out.hidden_states[-1][:, :-1])
 
@@ -190,7 +196,7 @@ class PPOTrainer:
             values = []
             for s in buffer.seqs:
                 ids = torch.tensor([s.ids])
-                values.append(self._forward(ids, torch.ones_like(ids))[1][0])
+                values.append(self._forward(ids, torch.ones_like(ids))[1][0].cpu())
         buffer.compute_gae(values, ppo.gamma, ppo.lam)
 
     # -- update ---------------------------------------------------------------------------------
@@ -198,11 +204,11 @@ class PPOTrainer:
     def _teacher_logprobs(self, batch: list[RoleSequence], shape: torch.Size) -> torch.Tensor:
         """SEED teacher: the same sampled tokens scored with the skill turn before the conversation,
         aligned with the student's targets (zeros where a sequence has no skill)."""
-        out = torch.zeros(shape)
+        out = torch.zeros(shape, device=self.lm.device)
         for i, sq in enumerate(batch):
             if not sq.skill_ids:
                 continue
-            ids = torch.tensor([sq.skill_ids + sq.ids])
+            ids = torch.tensor([sq.skill_ids + sq.ids], device=self.lm.device)
             logits = self.lm.model(input_ids=ids).logits[:, :-1]
             lp = token_logprobs(logits, ids[:, 1:], self.config.ppo.temperature)[0]
             n = len(sq.skill_ids)
@@ -267,6 +273,7 @@ class PPOTrainer:
         params = [*self.lm.model.parameters(), *self.value_head.parameters()]
         for _ in range(ppo.epochs):
             for mb in buffer.minibatches(self.rng, ppo.minibatch_size, ppo.group_minibatches, self.lm.pad_id):
+                mb = mb.to(self.lm.device)
                 if not any(any(s.mask) for s in mb.seqs):
                     continue
                 planned += 1

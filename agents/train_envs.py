@@ -17,7 +17,7 @@ from .config import PPOConfig
 
 def load_world(path: str, lm: LM) -> LM:
     """The frozen world model at `path`; it must share `lm`'s tokenizer (the envs pass it token ids)."""
-    world = LM.load(path)
+    world = LM.load(path, device=lm.device, dtype=next(lm.model.parameters()).dtype)
     if world.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
         raise ValueError(f"world model {path} has another tokenizer than the policy")
     for p in world.model.parameters():

@@ -68,17 +68,18 @@ def default_lm() -> LM:
     return LM.load(default_model_dir())
 
 
-def resolve_lm(model: LM | str | os.PathLike | None) -> LM:
-    """An `LM` from an `LM`, a local model directory, or None (the default model)."""
+def resolve_lm(model: LM | str | os.PathLike | None, *, device=None, dtype=None) -> LM:
+    """An `LM` from an `LM`, a local model directory or Hugging Face Hub id, or None (the default
+    model), on `device` in `dtype` when given (an `LM` passed in is moved in place)."""
     from rehearsal_gym.core.model import LM
 
     if isinstance(model, LM):
-        return model
+        return model.to(device, dtype)
     if model is None:
-        return default_lm()
+        return default_lm().to(device, dtype)
     if isinstance(model, str | os.PathLike):
-        return LM.load(model)
-    raise ValueError(f"model must be an LM, a model directory or None, got {type(model).__name__}")
+        return LM.load(model, device=device, dtype=dtype)
+    raise ValueError(f"model must be an LM, a model directory or Hub id, or None, got {type(model).__name__}")
 
 
 def default_tokenizer():

@@ -36,15 +36,29 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-MODEL_HELP = "local Hugging Face model directory (default: the embedded default, shipped trained)"
+MODEL_HELP = "local Hugging Face model directory or Hub id (default: the embedded default, shipped trained)"
 
 
-def _common(cmd: argparse.ArgumentParser, out: str, model: bool = True) -> None:
-    """Options every command shares."""
+def _common(cmd: argparse.ArgumentParser, out: str, model: bool = True, device: bool | None = None) -> None:
+    """Options every command shares; --device and --dtype where a model runs (default: with --model)."""
     if model:
         cmd.add_argument("--model", default=None, help=MODEL_HELP)
+    if device or (device is None and model):
+        _device(cmd)
     cmd.add_argument("--out", default=out, help="directory for the result files (CSV, markdown, PNG)")
     cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _device(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--device", default=None, help="where the model runs: auto (CUDA if available), cpu, cuda[:N]"
+    )
+    cmd.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="the model's weights (default float32)",
+    )
 
 
 def _envs(cmd: argparse.ArgumentParser, default=REAL_ENV_IDS, what: str = "real envs to run on") -> None:
@@ -172,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="also probe recall: values copied from the request / a tool result in N oracle transcripts",
     )
-    _common(ev, "runs/eval", model=False)
+    _common(ev, "runs/eval", model=False, device=True)
 
     fi = command("fidelity", cmd_fidelity)
     _any_envs(fi, "tool envs to measure: registered ids, or module:Id for a user env")
@@ -193,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--out", required=True, help="directory of the grounded world model")
     gw.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
     gw.add_argument("--model", default=None, help=MODEL_HELP)
+    _device(gw)
     gw.add_argument("--quiet", action="store_true", help="no progress bars")
 
     re_ = command("rehearse", cmd_rehearse)

@@ -15,10 +15,18 @@ from rehearsal_gym.envs import REAL_ENV_IDS
 
 
 def _model(args: argparse.Namespace):
-    """The model of --model (a local directory), else the embedded default (shipped trained)."""
+    """The model of --model (a local directory or Hub id), else the embedded default (shipped
+    trained), on --device in --dtype."""
     from rehearsal_gym.defaults import resolve_lm
 
-    return resolve_lm(getattr(args, "model", None))
+    try:
+        return resolve_lm(
+            getattr(args, "model", None),
+            device=getattr(args, "device", None),
+            dtype=getattr(args, "dtype", None),
+        )
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--model: {e}") from None
 
 
 def _model_name(args: argparse.Namespace) -> str:
@@ -144,7 +152,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     models = {}
     for name, path in paths.items():
         try:
-            models[name] = resolve_lm(None if path == "default" else path)
+            models[name] = resolve_lm(
+                None if path == "default" else path, device=args.device, dtype=args.dtype
+            )
         except (FileNotFoundError, OSError) as e:
             raise SystemExit(f"--model {name}: {e}") from None
     for env_id in args.envs:

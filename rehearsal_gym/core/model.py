@@ -1,9 +1,9 @@
 """The policy's language model: a causal LM, its tokenizer and the role token ids.
 
 `LM.new` builds the tiny default from a `transformers` Llama config; `LM.load` opens the
-default's checkpoints or any local Hugging Face causal-LM directory (adding the role tokens it
-lacks). Conversations are built by concatenating per-turn token ids (`LM.turn`); the decoded
-text is never re-tokenized for training.
+default's checkpoints, any local Hugging Face causal-LM directory or a Hub id (adding the role
+tokens it lacks), on a device and in a dtype. Conversations are built by concatenating per-turn
+token ids (`LM.turn`); the decoded text is never re-tokenized for training.
 """
 
 from __future__ import annotations
@@ -20,6 +20,40 @@ from transformers.utils import logging as hf_logging
 from rehearsal_gym.core.atomic import atomic_directory
 from rehearsal_gym.core.checks import PositiveInt, validate
 from rehearsal_gym.core.tokenizer import END, PAD, ROLE_TOKENS, Codec, missing_special_tokens
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """A torch dtype from its name ("float32", "bfloat16", "float16") or itself; None = float32."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """A torch device; "auto" picks CUDA when available, else CPU; None = CPU."""
+    if device is None:
+        return torch.device("cpu")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        out = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available here; use 'auto' or 'cpu'")
+    return out
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's parameters (CPU for a model without any)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -89,15 +123,51 @@ class LM:
         return cls(LlamaForCausalLM(hf_config).eval(), tokenizer)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> LM:
-        """Open a local Hugging Face causal-LM directory (weights and tokenizer)."""
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
-        with _quiet_progress():
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        return cls(model.eval(), tokenizer)
+    def load(
+        cls,
+        name_or_path: str | os.PathLike,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+    ) -> LM:
+        """Open a causal LM with its tokenizer: a local Hugging Face model directory, or a Hub id
+        (``"Qwen/Qwen2.5-0.5B-Instruct"``; downloaded once into the Hugging Face cache where the Hub
+        is reachable). `device`: "auto" (CUDA when available), "cpu", "cuda[:N]"; None = CPU.
+        `dtype`: "float32" (default), "bfloat16" or "float16"."""
+        torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+        path = Path(name_or_path)
+        if path.exists():
+            if not (path / "config.json").is_file():
+                raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
+            source = str(path)
+        else:
+            source = str(name_or_path)
+        try:
+            with _quiet_progress():
+                tokenizer = AutoTokenizer.from_pretrained(source)
+                model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+        except OSError as e:
+            if path.exists():
+                raise
+            raise OSError(
+                f"{source!r} is not a local directory, and loading it as a Hugging Face Hub id failed: the "
+                "Hub is not reachable from here (or HF_HUB_OFFLINE is set) and the id is not in the local "
+                "cache, or no such model exists. Download it where the Hub is reachable "
+                f"(`hf download {source}`) or pass a local model directory. ({str(e)[:200]})"
+            ) from e
+        return cls(model.eval(), tokenizer).to(torch_device)
+
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.model)
+
+    def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> LM:
+        """Move the model (in place) to a device and/or dtype; returns self."""
+        if device is not None:
+            self.model.to(resolve_device(device))
+        if dtype is not None:
+            self.model.to(resolve_dtype(dtype))
+        return self
 
     def save(self, path: str | os.PathLike) -> None:
         """Write weights (safetensors), config and tokenizer atomically: all or nothing."""

@@ -68,7 +68,13 @@ def sample(
         if greedy:
             nxt = logp.argmax(-1)
         else:
-            nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            probs = logp.exp()
+            if generator is not None and generator.device != probs.device:
+                # the seeded generator lives on the CPU: the same seed draws the same tokens on every
+                # device (one row of probabilities per prompt crosses to it per token)
+                nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
+            else:
+                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens.append(nxt)
         logps.append(logp.gather(-1, nxt[:, None]).squeeze(-1))

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.model import LM, model_device
 from rehearsal_gym.rehearsal.demos import _ENTITY_RE, _WORD_RE, Demo, agent_sequence
 
 SOURCES = ("request", "result")
@@ -92,7 +92,7 @@ def recall_counts(lm: LM, demos: Sequence[Demo]) -> dict[tuple[str, str], list[i
             if not values:
                 continue
             ids, _ = agent_sequence(lm, demo)
-            x = torch.tensor([ids[: lm.max_len]])
+            x = torch.tensor([ids[: lm.max_len]], device=model_device(lm.model))
             right = lm.model(input_ids=x).logits[0, :-1].argmax(-1) == x[0, 1:]  # right[p-1]: token p
             starts, at = [], 0
             for role, text in demo.transcript:  # where each turn's text tokens begin in `ids`

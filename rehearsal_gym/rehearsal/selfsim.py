@@ -84,8 +84,10 @@ class SelfSimEnv(ToolEnv):
     base: the real tool env: a registered id ("ToolCall-v0", "Retail-v0", "Finance-v0", or a user
         env's), an env instance (e.g. made by `make_tool_env`) or a factory of one. Its family and
         settings (split, max_turns, ...) are taken, overridden by the keyword arguments given here.
-    model: an `LM`, a local model directory, or None for the embedded default (shipped trained;
-        see `rehearsal_gym.defaults`).
+    model: an `LM`, a local model directory or Hugging Face Hub id, or None for the embedded default
+        (shipped trained; see `rehearsal_gym.defaults`). device ("auto", "cpu", "cuda[:N]") and
+        dtype ("float32", "bfloat16", "float16"): where and in what the model runs (an `LM` passed
+        in is moved in place).
     mode: "replace" (the backend is never called), "wrap" (the real tool runs too; info carries
         both results and a fidelity score; the agent sees the imagined one), "mixed" (real with
         probability `p_real`, drawn from the env's seeded RNG).
@@ -133,6 +135,8 @@ class SelfSimEnv(ToolEnv):
         cache: ImaginationCache | None = None,
         verifier: str = "real",
         premise_redraws: int = 0,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
         **base_kwargs: Any,
     ) -> None:
         if mode not in MODES:
@@ -172,7 +176,7 @@ class SelfSimEnv(ToolEnv):
         self.seen: list[tuple[ToolCall, dict[str, Any]]] = []
         self.n_examples, self.n_samples, self.premise_redraws = n_examples, n_samples, premise_redraws
         self.max_result_tokens, self.temperature = max_result_tokens, temperature
-        self.lm = resolve_lm(model)
+        self.lm = resolve_lm(model, device=device, dtype=dtype)
         if bank is None:
             bank = seed_bank(family, bank_tasks)
         elif not isinstance(bank, ResultBank):

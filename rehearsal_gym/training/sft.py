@@ -84,7 +84,7 @@ def cosine_lr(peak: float, warmup: int, total: int) -> Callable[[int], float]:
 def lm_step(lm: LM, opt: torch.optim.Optimizer, batch: Batch, lr: float, where: str, lr_field: str) -> float:
     """One optimizer step (lr set, grad-norm clip 1.0) of the masked LM loss on a batch; a non-finite
     loss stops with an error naming `where` and the `lr_field` to lower."""
-    ids, attn, loss_mask = batch
+    ids, attn, loss_mask = (t.to(lm.device) for t in batch)
     for group in opt.param_groups:
         group["lr"] = lr
     loss = masked_lm_loss(lm.model(input_ids=ids, attention_mask=attn).logits, ids, loss_mask)

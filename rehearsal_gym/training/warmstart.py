@@ -28,7 +28,7 @@ from rehearsal_gym.core.checks import (
     UnitFloat,
     validate,
 )
-from rehearsal_gym.core.model import LM, LMConfig
+from rehearsal_gym.core.model import LM, LMConfig, model_device
 from rehearsal_gym.core.tokenizer import train_tokenizer
 from rehearsal_gym.defaults import cache_dir
 from rehearsal_gym.envs import REAL_ENV_IDS
@@ -164,9 +164,9 @@ def drill_accuracy(lm: LM, drills: list[Example]) -> float:
     lm.model.eval()
     solved = 0
     for ids, mask in drills:
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=model_device(lm.model))
         pred = lm.model(input_ids=x).logits[0, :-1].argmax(-1)
-        m = torch.tensor(mask[1:], dtype=torch.bool)
+        m = torch.tensor(mask[1:], dtype=torch.bool, device=x.device)
         solved += bool((pred[m] == x[0, 1:][m]).all())
     lm.model.train(was_training)
     return solved / len(drills)
