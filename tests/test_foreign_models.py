@@ -141,7 +141,10 @@ def test_bfloat16_on_cpu_samples_and_scores_in_float32(foreign_dir):
 
 
 def test_a_hub_id_that_cannot_be_reached_says_so(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    # read once at import: patched here, else the test waits out the network's retries (about 45 s)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
     with pytest.raises(OSError, match="Hugging Face Hub") as err:
         LM.load("someone/no-such-model-here")

@@ -207,12 +207,14 @@ def test_a_round_gives_up_after_three_failures_per_shard(ray_local, tiny_lm):
     from rehearsal_gym.agents.distributed import RayRollouts
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    config = PPOConfig.from_flat(**{**TINY, "tasks_per_iter": 2, "rollout_workers": 2})
+    config = PPOConfig.from_flat(
+        **{**TINY, "tasks_per_iter": 2, "rollout_workers": 1}
+    )  # one shard: fewer restarts
     pool = RayRollouts(config, fresh(tiny_lm), worker_cls=DyingWorker)
     pool.sync(0, tiny_lm.model.state_dict())
     try:
-        with pytest.raises(RuntimeError, match="rollout workers failed 6 times in one round"):
+        with pytest.raises(RuntimeError, match="rollout workers failed 3 times in one round"):
             pool.collect([{"task_index": i} for i in range(4)], seed=0)
-        assert pool.restarts == 7  # 3 per shard were allowed; the 7th replacement ends the round
+        assert pool.restarts == 4  # 3 per shard were allowed; the 4th replacement ends the round
     finally:
         pool.close()
