@@ -1,10 +1,10 @@
 import json
-from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
 import safetensors.torch
 import torch
+from conftest import ScriptedModel
 from gymnasium.utils.env_checker import check_env
 from rehearsal_gym.envs.base import state_hash
 
@@ -13,33 +13,8 @@ from rehearsal_gym.rehearsal.imagined import fidelity, result_error
 from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
 
-class _Out(dict):
-    __getattr__ = dict.__getitem__
-
-
-class ScriptedModel(torch.nn.Module):
-    """Writes `texts[k]` for its k-th generation, whatever the prompt (a stand-in environment role)."""
-
-    def __init__(self, lm: LM, texts: list[str]):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.vocab = len(lm.tokenizer)
-        self.scripts = [lm.encode(t) + [lm.end_id] for t in texts]
-        self.calls = 0
-        self.config = SimpleNamespace(max_position_embeddings=4096)
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=False, **_):
-        if cache is None:  # a new generation starts
-            script, step = self.scripts[min(self.calls, len(self.scripts) - 1)], 0
-            self.calls += 1
-        else:
-            script, step = cache
-        logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab), -1e4)
-        logits[:, -1, script[min(step, len(script) - 1)]] = 0.0
-        return _Out(logits=logits, cache=(script, step + 1))
-
-
 def scripted_lm(tiny_lm, texts):
+    """As the `scripted` fixture, for tests that build several."""
     return LM(ScriptedModel(tiny_lm, texts), tiny_lm.tokenizer)
 
 
