@@ -29,7 +29,8 @@ READABLE_SCHEMAS = (2, 3)
 def save_trainer(trainer: PPOTrainer, path: str | os.PathLike) -> None:
     with atomic_directory(path) as tmp:
         trainer.lm.save(tmp / "model")
-        save_model(trainer.ref, str(tmp / "reference.safetensors"))
+        if not trainer.lm.is_lora:  # a LoRA model's reference is its base, saved with it
+            save_model(trainer.ref, str(tmp / "reference.safetensors"))
         save_model(trainer.value_head, str(tmp / "value_head.safetensors"))
         torch.save(trainer.opt.state_dict(), tmp / "optimizer.pt")
         state = {
@@ -51,7 +52,8 @@ def load_trainer(cls: type[PPOTrainer], path: str | os.PathLike) -> PPOTrainer:
     if state.get("schema") not in READABLE_SCHEMAS:
         raise ValueError(f"checkpoint schema {state.get('schema')} is not one of {READABLE_SCHEMAS}")
     trainer = cls(PPOConfig.from_dict(state["config"]), LM.load(path / "model"))
-    load_model(trainer.ref, str(path / "reference.safetensors"))
+    if not trainer.lm.is_lora:
+        load_model(trainer.ref, str(path / "reference.safetensors"))
     load_model(trainer.value_head, str(path / "value_head.safetensors"))
     trainer.opt.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     trainer.iteration = state["iteration"]

@@ -18,6 +18,7 @@ from rehearsal_gym.core.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    UnitFloat,
     validate,
 )
 
@@ -57,6 +58,9 @@ class PPOSection:
     lam: NonNegativeFloat = 0.95  # GAE lambda
     vf_coef: NonNegativeFloat = 0.5  # value loss weight (gae only)
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower
+    # > 0: train LoRA adapters of this rank, not every weight (pip install 'rehearsal-gym[lora]');
+    # the KL reference is then the base model with the adapter disabled, not a second copy
+    lora_rank: NonNegativeInt = 0
 
     def __post_init__(self) -> None:
         validate(self, "PPOConfig.ppo")
@@ -120,6 +124,8 @@ class RolloutSection:
     # "" starts a local Ray cluster; else an existing cluster's address ("auto", "ray://h:10001")
     ray_address: str = ""
     rollout_timeout_s: PositiveFloat = 600.0  # a worker silent this long is replaced and its episodes re-run
+    # GPU share of each Ray actor (0.25: four actors per GPU); > 0 puts each worker's model on CUDA
+    worker_gpus: UnitFloat = 0.0
 
     def __post_init__(self) -> None:
         validate(self, "PPOConfig.rollout")

@@ -11,6 +11,7 @@ by a fresh actor with the current weights and its shard is re-run; the round is 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -36,7 +37,7 @@ class RolloutWorker:
     def __init__(self, config: Mapping[str, Any], lm: LM, num_envs: int, threads: int = 1) -> None:
         torch.set_num_threads(threads)  # one core per worker: workers run side by side
         self.config = PPOConfig.from_dict(dict(config))
-        self.lm = lm
+        self.lm = lm.to("cuda") if self.config.rollout.worker_gpus > 0 else lm
         self.lm.model.eval()
         self.envs = make_train_envs(self.config, lm, num_envs)
         self.version = -1
@@ -91,8 +92,10 @@ class RayRollouts:
         self.config = config
         self.num_workers = config.rollout.rollout_workers
         self.per_worker = -(-config.tasks_per_iter * config.group_size // self.num_workers)
-        self._actor = ray.remote(num_cpus=1, max_restarts=0)(worker_cls)
-        self._lm = ray.put(lm)
+        gpus = config.rollout.worker_gpus
+        self._actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0)(worker_cls)
+        # workers get a CPU copy (a CUDA tensor cannot be unpickled where there is no GPU)
+        self._lm = ray.put(lm if lm.device.type == "cpu" else lm.with_model(copy.deepcopy(lm.model).cpu()))
         self.version, self._weights = -1, None
         self.restarts = 0  # workers replaced after a death or a timeout
         self.workers = [self._spawn() for _ in range(self.num_workers)]

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rehearsal_gym.core.lora import AdapterDisabled
 from rehearsal_gym.core.model import LM
 from rehearsal_gym.core.rollout import Episode, run_episodes
 from rehearsal_gym.core.sampling import token_logprobs
@@ -81,15 +82,20 @@ class PPOTrainer:
         if config.ppo.gradient_checkpointing:
             model = lm.model  # transformers 5 renamed it (the old name warns until it is removed in 6)
             (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-        self.ref = copy.deepcopy(lm.model).eval()
-        for p in self.ref.parameters():
-            p.requires_grad_(False)
+        if config.ppo.lora_rank and not lm.is_lora:
+            lm.add_lora(config.ppo.lora_rank)
+        if lm.is_lora:  # the reference is the base: the same weights with the adapter disabled
+            if config.ppo.gradient_checkpointing:
+                lm.model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input
+            self.ref = AdapterDisabled(lm.model)
+        else:
+            self.ref = copy.deepcopy(lm.model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
         self.value_head = ValueHead(lm.model.config.hidden_size).to(
             lm.device
         )  # float32 on the model's device
-        self.opt = torch.optim.AdamW(
-            [*lm.model.parameters(), *self.value_head.parameters()], lr=config.ppo.lr
-        )
+        self.opt = torch.optim.AdamW(self._trained_parameters(), lr=config.ppo.lr)
         self.rng = np.random.default_rng(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0
@@ -116,13 +122,17 @@ class PPOTrainer:
             self.rollouts = RayRollouts(config, lm)
         else:
             # a frozen world shares the reference module: a resumed trainer loads its weights in place
-            world = LM(self.ref, lm.tokenizer) if r.rehearsal_world == "frozen" else lm
+            world = lm.with_model(self.ref) if r.rehearsal_world == "frozen" else lm
             if r.world_model and r.rehearse != "off":
                 world = load_world(r.world_model, lm)
             self.envs = make_train_envs(config, world, config.tasks_per_iter * config.group_size)
             self.rollouts = None
         self.last_options: list[dict[str, Any]] = []
         self.last_versions: list[int] = []  # policy version each episode of the last round was sampled with
+
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        """The policy's trainable weights (all, or its LoRA adapters) and the value head's."""
+        return [p for p in self.lm.model.parameters() if p.requires_grad] + list(self.value_head.parameters())
 
     def _task(self, options: dict) -> Any:
         return self.family.task("train", options["task_index"])
@@ -208,11 +218,12 @@ class PPOTrainer:
         for i, sq in enumerate(batch):
             if not sq.skill_ids:
                 continue
-            ids = torch.tensor([sq.skill_ids + sq.ids], device=self.lm.device)
+            ids = torch.tensor([self.lm.with_skill(sq.ids, sq.skill_ids)], device=self.lm.device)
             logits = self.lm.model(input_ids=ids).logits[:, :-1]
             lp = token_logprobs(logits, ids[:, 1:], self.config.ppo.temperature)[0]
-            n = len(sq.skill_ids)
-            out[i, : len(sq.ids) - 1] = lp[n : n + len(sq.ids) - 1]
+            # student target t (t >= the start's length) is teacher target t + len(skill)
+            n0, n, last = len(self.lm.start), len(sq.skill_ids), len(sq.ids) - 1
+            out[i, n0:last] = lp[n0 + n : n + last]
         return out
 
     def check_finite(self, loss: torch.Tensor, what: str) -> None:
@@ -270,7 +281,7 @@ class PPOTrainer:
         self.lm.model.train()
         steps = planned = 0
         stopped = False
-        params = [*self.lm.model.parameters(), *self.value_head.parameters()]
+        params = self._trained_parameters()
         for _ in range(ppo.epochs):
             for mb in buffer.minibatches(self.rng, ppo.minibatch_size, ppo.group_minibatches, self.lm.pad_id):
                 mb = mb.to(self.lm.device)

@@ -31,8 +31,9 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
     `lm` is the policy in training (EnvACE) or, with `rehearsal_world="frozen"`, the frozen reference.
     """
     r = config.rehearsal
+    fmt = {"call_format": lm.call_format} if lm.call_format != "text" else {}  # the model's own
     if r.rehearse == "off":
-        return [gym.make(config.env, split="train", max_turns=config.max_turns) for _ in range(n)]
+        return [gym.make(config.env, split="train", max_turns=config.max_turns, **fmt) for _ in range(n)]
     bank = seed_bank(base_env(config.env).family, 40)
     return [
         SelfSimEnv(
@@ -45,6 +46,7 @@ def make_train_envs(config: PPOConfig, lm: LM, n: int) -> list[gym.Env]:
             premise_redraws=r.premise_redraws,
             split="train",
             max_turns=config.max_turns,
+            **fmt,
         )
         for _ in range(n)
     ]

@@ -1,7 +1,7 @@
 """The GPU check: one short script to run whenever a CUDA machine is available (never in CI).
 
     python benchmarks/gpu_check.py                          # the shipped default, bf16 on CUDA vs CPU
-    python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --tasks 8
+    python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --tasks 8 --lora 16
 
 On each device (CUDA when available, then CPU for the ratio) it loads the model, runs SelfSim-v0
 in replace and wrap modes, two PPO iterations (bf16 on CUDA, float32 on CPU), and prints the
@@ -27,7 +27,7 @@ from rehearsal_gym.defaults import resolve_lm
 def sampler_vs_generate(lm, batch: int, new_tokens: int) -> tuple[float, float]:
     """Tokens/s of the package's sampler and of `model.generate` on the same prompts."""
     prompts = [
-        lm.turn("task", f"Request: add {i} and {i + 1}") + [lm.role_ids["agent"]] for i in range(batch)
+        lm.start + lm.turn("task", f"Request: add {i} and {i + 1}") + lm.prompt("agent") for i in range(batch)
     ]
     rates = []
     for use_generate in (False, True):
@@ -56,21 +56,31 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def check(model: str | None, device: str, dtype: str, tasks: int) -> dict[str, float]:
+def check(model: str | None, device: str, dtype: str, tasks: int, lora: int) -> dict[str, float]:
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     lm = resolve_lm(model, device=device, dtype=dtype)
     row = {"device": device, "dtype": dtype, "parameters": lm.num_parameters()}
+    row["conversation / call format"] = f"{lm.codec.kind} / {lm.call_format}"
     row["sampler tok/s"], row["generate tok/s"] = sampler_vs_generate(lm, batch=16, new_tokens=64)
     for mode in ("replace", "wrap"):
         envs = [
-            gym.make("SelfSim-v0", base="ToolCall-v0", model=lm, mode=mode, bank_tasks=10)
+            gym.make(
+                "SelfSim-v0",
+                base="ToolCall-v0",
+                model=lm,
+                mode=mode,
+                bank_tasks=10,
+                call_format=lm.call_format,
+            )
             for _ in range(tasks)
         ]
         t0 = time.perf_counter()
         eps = run_episodes(lm, envs, [{"task_index": i} for i in range(tasks)], seed=0)
         row[f"selfsim {mode} episodes/s"] = len(eps) / (time.perf_counter() - t0)
-    config = PPOConfig.from_flat(iterations=2, tasks_per_iter=max(2, tasks // 4), group_size=4, epochs=1)
+    config = PPOConfig.from_flat(
+        iterations=2, tasks_per_iter=max(2, tasks // 4), group_size=4, epochs=1, lora_rank=lora
+    )
     trainer = PPOTrainer(config, lm)
     t0 = time.perf_counter()
     for _ in range(2):
@@ -90,6 +100,9 @@ def main() -> None:
     )
     parser.add_argument("--tasks", type=int, default=16, help="episodes per SelfSim mode")
     parser.add_argument("--cpu-only", action="store_true", help="run only the CPU column (to try the script)")
+    parser.add_argument(
+        "--lora", type=int, default=0, help="PPO trains LoRA adapters of this rank (0: all weights)"
+    )
     args = parser.parse_args()
     runs = [("cpu", "float32")]
     if torch.cuda.is_available() and not args.cpu_only:
@@ -97,7 +110,7 @@ def main() -> None:
         print(f"GPU: {torch.cuda.get_device_name()}")
     elif not args.cpu_only:
         print("no CUDA device: only the CPU column")
-    rows = [check(args.model, device, dtype, args.tasks) for device, dtype in runs]
+    rows = [check(args.model, device, dtype, args.tasks, args.lora) for device, dtype in runs]
     for key in rows[0]:
         cells = [
             f"{r.get(key, ''):.4g}" if isinstance(r.get(key), float) else str(r.get(key, "")) for r in rows

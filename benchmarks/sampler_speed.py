@@ -30,7 +30,7 @@ def main() -> None:
     torch.manual_seed(0)
     demos = record_oracle_episodes("Retail-v0", range(50))
     lm = LM.new(train_tokenizer(corpus_texts(demos), vocab_size=1000), LMConfig())
-    prompt = lm.turn("task", demos[0].transcript[0][1]) + [lm.role_ids["agent"]]
+    prompt = lm.start + lm.turn("task", demos[0].transcript[0][1]) + lm.prompt("agent")
     prompts = [prompt] * args.batch
     ids = torch.tensor(prompts)
     mask = torch.ones_like(ids)

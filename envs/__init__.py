@@ -1,7 +1,8 @@
 """Real tool environments: function calling, retail customer service (SQLite), finance (SQLite),
 and `make_tool_env`, which makes one of a user's own toolbox class."""
 
-from .base import Backend, Family, Task, ToolEnv, ToolError, explain
+from .base import Backend, Family, Task, ToolEnv, ToolError
+from .explain import explain
 from .finance import FinanceEnv, FinanceFamily
 from .function_calling import FunctionCallingEnv, FunctionCallingFamily
 from .retail import RetailEnv, RetailFamily

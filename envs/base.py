@@ -5,7 +5,7 @@ tasks, and how a finished episode is scored. The built-in families (function cal
 finance) have a seeded task generator and an oracle that solves every task, and score by
 comparing the final state and answer with the oracle's; a user's family (`envs.toolbox`,
 `make_tool_env`) scores with the user's reward function and needs no oracle. `ToolEnv` turns a
-family into a Gymnasium env; `explain` labels a finished trajectory for skill data.
+family into a Gymnasium env (`envs.explain` labels a finished trajectory for skill data).
 """
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ from gymnasium import spaces
 
 from rehearsal_gym.core.protocol import (
     MAX_TURN_CHARS,
-    USAGE,
     ParseError,
     ToolCall,
     ToolSpec,
+    check_call_format,
     parse_turn,
+    reformat,
+    tool_list,
 )
 
+from .explain import head as _head
 from .observations import CHARSET, MAX_OBS_CHARS, ObservationText, Record, result_text, to_observation
 
 SPLITS = ("train", "test")
@@ -216,10 +219,9 @@ class Family(ABC):
             return bool(np.isclose(float(got.group()), float(want.group()), rtol=1e-3, atol=1e-3))
         raise ValueError(f"unknown answer_kind {task.answer_kind!r}")
 
-    def prompt(self, task: Task) -> str:
-        """The first observation: available tools, then the request."""
-        lines = ["Tools:"] + [spec.signature() for spec in self.tools.values()]
-        return "\n".join(lines + [f"Request: {task.prompt}"])
+    def prompt(self, task: Task, call_format: str = "text") -> str:
+        """The first observation: available tools (in the call format's convention), then the request."""
+        return f"{tool_list(self.tools, call_format)}\nRequest: {task.prompt}"
 
 
 def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
@@ -243,8 +245,10 @@ class ToolEnv(gym.Env[str, str]):
     The agent keeps the conversation; `render()` shows all of it.
 
     ## Action
-    Text: ``CALL <tool> {json arguments}`` or ``ANSWER <text>`` (see `rehearsal_gym.core.protocol`).
-    Any string is accepted; a malformed one never raises.
+    Text in the env's `call_format` (see `rehearsal_gym.core.protocol`): ``"text"`` (default),
+    ``CALL <tool> {json arguments}`` or ``ANSWER <text>``; ``"json"``, the instruct-model
+    convention, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` or the final answer
+    as plain text. Any string is accepted; a malformed one never raises.
 
     ## Reward
     The family's score of the final answer (`Family.score`): for the built-in families 1.0 when the
@@ -259,6 +263,8 @@ class ToolEnv(gym.Env[str, str]):
     ## Arguments
     family: the `Family` of the env (the built-in envs set it on their class).
     split: "train" or "test" (disjoint task sets). max_turns: turn limit.
+    call_format: "text" or "json": how the agent writes a turn and how the tools are listed
+    (signatures, or JSON function schemas); `LM.call_format` is a model's own.
     malformed: "error" | "penalty" | "terminate". penalty: cost of a malformed turn.
     hints: put the oracle's hint (workflow and rule) in the reset info as ``info["hint"]``, a
     standard channel for distillation from privileged information.
@@ -286,6 +292,7 @@ class ToolEnv(gym.Env[str, str]):
         hints: bool = False,
         *,
         family: Family | None = None,
+        call_format: str = "text",
     ) -> None:
         if family is not None:
             if not isinstance(family, Family):
@@ -307,6 +314,7 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         self.split, self.max_turns, self.malformed, self.penalty = split, max_turns, malformed, penalty
         self.render_mode, self.hints = render_mode, bool(hints)
+        self.call_format = check_call_format(call_format)
         self.observation_space = ObservationText(MAX_OBS_CHARS, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(MAX_TURN_CHARS, min_length=0, charset=CHARSET)
         self.task: Task | None = None
@@ -349,7 +357,7 @@ class ToolEnv(gym.Env[str, str]):
         self.malformed_count = 0
         self.calls: list[ToolCall] = []
         self._done = False
-        prompt = to_observation(self.family.prompt(task))
+        prompt = to_observation(self.family.prompt(task, self.call_format))
         self.transcript = [("task", prompt)]
         info = {"task_id": task.task_id, "template": task.template, "turn": 0, "malformed_count": 0}
         if self.hints:
@@ -371,7 +379,7 @@ class ToolEnv(gym.Env[str, str]):
         info: dict[str, Any] = {"task_id": self.task.task_id, "template": self.task.template}
         info["turn"] = self.turn  # "call" and "result" only when present: vector envs need stable types
         reward, terminated = 0.0, False
-        parsed = parse_turn(action, self.tools)
+        parsed = parse_turn(action, self.tools, self.call_format)
         if isinstance(parsed, ParseError):
             self.malformed_count += 1
             info["error"] = parsed.message
@@ -428,14 +436,17 @@ class ToolEnv(gym.Env[str, str]):
 
     def hint(self) -> str:
         """The oracle's hint for the current task: its workflow and the task's rule (skill-shaped)."""
-        steps = " -> ".join(_head(t) for t in self.oracle_turns())
+        steps = " -> ".join(_head(t) for t in self.family.oracle(self.task))
         return f"Workflow: {steps}." + (f" Rule: {self.task.rule}" if self.task.rule else "")
 
     def oracle_turns(self) -> list[str]:
-        """The oracle's turns for the current task (for behaviour cloning and hints)."""
+        """The oracle's turns for the current task, in the env's call format (for behaviour cloning)."""
         if self.task is None:
             raise RuntimeError("call reset() first")
-        return self.family.oracle(self.task)
+        turns = self.family.oracle(self.task)
+        if self.call_format == "text":
+            return turns
+        return [reformat(t, self.tools, self.call_format) for t in turns]
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -446,41 +457,3 @@ class ToolEnv(gym.Env[str, str]):
         if self._backend is not None:
             self._backend.close()
             self._backend = None
-
-
-def explain(task: Task, oracle_turns: Sequence[str], actions: Sequence[str], infos: Sequence[Mapping]) -> str:
-    """State why a trajectory failed, or which workflow succeeded (labels for skill data).
-
-    `actions` are the agent's turns and `infos` the step infos of the same episode.
-    """
-    expected = [_head(t) for t in oracle_turns]
-    done = [_head(a) for a in actions]
-    success = bool(infos and infos[-1].get("success"))
-    rule = f" Rule: {task.rule}" if task.rule else ""
-    if success:
-        return f"Workflow for {task.template}: {' -> '.join(done)}.{rule}"
-    for i, info in enumerate(infos):
-        if info.get("error"):
-            return f"Turn {i + 1} was malformed ({info['error']}). Avoid: {USAGE}{rule}"
-    for i, (want, got) in enumerate(zip(expected, done, strict=False)):
-        if want != got:
-            return f"Turn {i + 1}: did {got} but the task needed {want}.{rule}"
-    if len(done) < len(expected):
-        return f"Stopped after {' -> '.join(done) or 'nothing'}; still needed {expected[len(done)]}.{rule}"
-    last = infos[-1] if infos else {}
-    if last.get("answer") is not None:
-        return (
-            f"Right tools, wrong outcome: answer {last['answer'][:60]!r} vs expected "
-            f"{last.get('expected_answer', '')[:60]!r}; check the arguments against the request.{rule}"
-        )
-    return f"Ran out of turns after {len(done)} turns without an ANSWER.{rule}"
-
-
-def _head(turn: str) -> str:
-    """Short name of a turn: the tool name for a call, 'ANSWER' for an answer."""
-    parts = turn.strip().split(maxsplit=2)
-    if not parts:
-        return "(empty)"
-    if parts[0] == "CALL" and len(parts) > 1:
-        return parts[1]
-    return parts[0][:20]

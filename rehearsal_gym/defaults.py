@@ -68,18 +68,26 @@ def default_lm() -> LM:
     return LM.load(default_model_dir())
 
 
-def resolve_lm(model: LM | str | os.PathLike | None, *, device=None, dtype=None) -> LM:
+def resolve_lm(model: LM | str | os.PathLike | None, *, device=None, dtype=None, call_format=None) -> LM:
     """An `LM` from an `LM`, a local model directory or Hugging Face Hub id, or None (the default
-    model), on `device` in `dtype` when given (an `LM` passed in is moved in place)."""
+    model), on `device` in `dtype` and with `call_format` when given (an `LM` passed in is changed
+    in place)."""
     from rehearsal_gym.core.model import LM
+    from rehearsal_gym.core.protocol import check_call_format
 
     if isinstance(model, LM):
-        return model.to(device, dtype)
-    if model is None:
-        return default_lm().to(device, dtype)
-    if isinstance(model, str | os.PathLike):
-        return LM.load(model, device=device, dtype=dtype)
-    raise ValueError(f"model must be an LM, a model directory or Hub id, or None, got {type(model).__name__}")
+        lm = model.to(device, dtype)
+    elif model is None:
+        lm = default_lm().to(device, dtype)
+    elif isinstance(model, str | os.PathLike):
+        lm = LM.load(model, device=device, dtype=dtype)
+    else:
+        raise ValueError(
+            f"model must be an LM, a model directory or Hub id, or None, got {type(model).__name__}"
+        )
+    if call_format is not None:
+        lm.call_format = check_call_format(call_format)
+    return lm
 
 
 def default_tokenizer():

@@ -13,6 +13,8 @@ from rehearsal_gym.core.protocol import (
     format_answer,
     format_call,
     parse_turn,
+    reformat,
+    tool_list,
     validate,
 )
 
@@ -142,3 +144,90 @@ def test_format_parse_round_trip_answer(text):
 
 def test_signature():
     assert PLACE.signature() == "place(qty: integer, side: buy|sell, price: number?) - an order"
+
+
+# -- the JSON call format (<tool_call>{...}</tool_call>, answers as plain text) ------------------
+
+
+def test_json_format_call_and_answer():
+    call = '<tool_call>{"name": "get_order", "arguments": {"order_id": "O1"}}</tool_call>'
+    assert parse_turn(call, TOOLS, "json") == ToolCall("get_order", {"order_id": "O1"})
+    note = 'Let me look it up.\n<tool_call>\n{"name": "get_order", "arguments": {"order_id": "O1"}}\n</tool_call>\n'
+    assert parse_turn(note, TOOLS, "json") == ToolCall("get_order", {"order_id": "O1"})
+    assert parse_turn("  Order O1 is shipped. ", TOOLS, "json") == FinalAnswer("Order O1 is shipped.")
+    assert parse_turn("ANSWER 3", TOOLS, "json") == FinalAnswer("ANSWER 3")  # plain text is the answer
+    assert isinstance(parse_turn(call, TOOLS, "text"), ParseError)  # each env parses its own format
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty turn"),
+        ('<tool_call>{"name": "get_order", "arguments": {}}', "not closed by </tool_call>"),
+        ("done </tool_call>", "</tool_call> without <tool_call>"),
+        (
+            '<tool_call>{"name": "get_order", "arguments": {"order_id": "O1"}}</tool_call> ok',
+            "unexpected text",
+        ),
+        ('<tool_call>{"name": "get_order", "arguments": {"order_id": "1"}}</tool_call>' * 2, "one tool call"),
+        ("<tool_call>[1, 2]</tool_call>", "must be a JSON object, got array"),
+        ("<tool_call>{'name': 'x'}</tool_call>", "not valid JSON"),
+        ('<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "unknown tool 'nope'"),
+        ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', "string 'name', got integer"),
+        ('<tool_call>{"name": "get_order"}</tool_call>', "needs 'arguments'"),
+        (
+            '<tool_call>{"name": "get_order", "arguments": "{}"}</tool_call>',
+            "arguments must be a JSON object",
+        ),
+        ('<tool_call>{"name": "get_order", "arguments": {}, "id": 1}</tool_call>', "unexpected key(s) 'id'"),
+        ('<tool_call>{"name": "get_order", "arguments": {}}</tool_call>', "argument 'order_id' missing"),
+        (
+            '<tool_call>{"name": "place", "arguments": {"qty": NaN, "side": "buy"}}</tool_call>',
+            "not valid JSON",
+        ),
+        (
+            '<tool_call>{"name": "anything", "arguments": {"a": ' + "[" * 20 + "]" * 20 + "}}</tool_call>",
+            "nested deeper than 16",
+        ),
+        ("<tool_call>" + "[" * 3000 + "</tool_call>", "not valid JSON"),
+        ("x" * (MAX_TURN_CHARS + 1), "the limit is 4096"),
+    ],
+)
+def test_json_format_errors_are_precise(text, message):
+    parsed = parse_turn(text, TOOLS, "json")
+    assert isinstance(parsed, ParseError) and message in parsed.message, parsed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["", "<tool_call>", '<tool_call>{"name": "anything", "arguments": ']),
+    st.text(max_size=200),
+)
+def test_json_format_parser_never_raises(head, tail):
+    assert isinstance(parse_turn(head + tail, TOOLS, "json"), ToolCall | FinalAnswer | ParseError)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=10), json_values, max_size=4))
+def test_json_format_round_trip_call(arguments):
+    text = format_call("anything", arguments, "json")
+    assert parse_turn(text, TOOLS, "json") == ToolCall("anything", json.loads(json.dumps(arguments)))
+    assert reformat(format_call("anything", arguments), TOOLS, "json") == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=200).map(str.strip).filter(lambda t: t and "tool_call>" not in t))
+def test_json_format_round_trip_answer(text):
+    assert parse_turn(format_answer(text, "json"), TOOLS, "json") == FinalAnswer(text)
+
+
+def test_tool_lists_follow_the_format():
+    text = tool_list(TOOLS, "text")
+    assert text.splitlines()[1] == GET_ORDER.signature()
+    shown = tool_list(TOOLS, "json")
+    lines = shown.splitlines()
+    schemas = [json.loads(line) for line in lines[lines.index("<tools>") + 1 : lines.index("</tools>")]]
+    assert [s["function"]["name"] for s in schemas] == ["get_order", "place", "anything"]
+    assert schemas[1]["function"]["parameters"] == PLACE.parameters and "<tool_call>" in shown
+    with pytest.raises(ValueError, match="call_format"):
+        tool_list(TOOLS, "xml")

@@ -1,5 +1,3 @@
-from types import SimpleNamespace
-
 from rehearsal_gym.rehearsal.demos import Demo, record_oracle_episodes
 from rehearsal_gym.rehearsal.recall import copied_values, recall_counts
 
@@ -51,14 +49,7 @@ def test_recall_counts_right_only_when_every_value_token_is_greedy(tiny_lm, shif
     demos = record_oracle_episodes("Retail-v0", range(8), split="test")
 
     def probe(model):
-        stand_in = SimpleNamespace(
-            model=model,
-            encode=tiny_lm.encode,
-            decode=tiny_lm.decode,
-            turn=tiny_lm.turn,
-            max_len=tiny_lm.max_len,
-        )
-        return recall_counts(stand_in, demos)
+        return recall_counts(tiny_lm.with_model(model), demos)
 
     perfect, stuck = probe(shifted_oracle(1)), probe(shifted_oracle(0))
     assert perfect.keys() == stuck.keys() and {source for _, source in perfect} == {"request", "result"}

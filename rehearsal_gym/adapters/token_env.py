@@ -2,15 +2,17 @@
 
 One action is one token (``Discrete(vocab)``). The observation is the conversation so far as the
 language model sees it (``<|task|> request <|end|> <|agent|> turn <|end|> <|env|> result <|end|>
-<|agent|> ...`` followed by the tokens of the turn being written), right-padded to a fixed
+<|agent|> ...`` with the role tokens, or the model's chat template when its `LM` speaks it,
+followed by the tokens of the turn being written), right-padded to a fixed
 ``window``: ``{"input_ids": Box(int64, (window,)), "attention_mask": Box(int64, (window,))}``.
 Choosing the end token (or reaching ``max_turn_tokens``) sends the decoded turn to the inner env;
 the inner env's reward is given on that step, and its ``terminated``/``truncated`` end the episode.
 
 `action_masks()` gives the tokens that keep the turn valid under the tool-call grammar of the
 current tools (`rehearsal_gym.core.grammar`), for sb3-contrib's MaskablePPO: a masked policy only ever
-sends turns that parse. Without masks any token may be chosen; the inner env then answers a
-malformed turn with its usual ``error: ...`` observation.
+sends turns that parse. The grammar is the ``"text"`` call format's; under an inner env with
+``call_format="json"`` the masks allow every token (no constraint). Without masks any token may
+be chosen; the inner env then answers a malformed turn with its usual ``error: ...`` observation.
 
 Context policy (as in `rehearsal_gym.core.rollout`): when the conversation leaves no room for another
 full turn in the window, the episode ends with ``truncated=True`` and
@@ -26,17 +28,17 @@ import numpy as np
 from gymnasium import spaces
 
 from rehearsal_gym.core.grammar import TokenMasker, TurnGrammar
-from rehearsal_gym.core.tokenizer import Codec
+from rehearsal_gym.core.tokenizer import Codec, TextIds
 
 
-def as_codec(tokenizer: Any = None) -> Codec:
-    """A `Codec` from an `LM`, a `Codec`, a Hugging Face tokenizer with the role tokens, or None
-    (the embedded default tokenizer)."""
+def as_codec(tokenizer: Any = None) -> TextIds:
+    """A codec from an `LM` (its own: role tokens or chat template), a codec, a Hugging Face
+    tokenizer with the role tokens, or None (the embedded default tokenizer)."""
     if tokenizer is None:
         from rehearsal_gym.defaults import default_tokenizer
 
         return Codec(default_tokenizer())
-    if isinstance(tokenizer, Codec):
+    if isinstance(tokenizer, TextIds):
         return tokenizer
     if hasattr(tokenizer, "codec"):  # an LM
         return tokenizer.codec
@@ -86,18 +88,20 @@ class TokenEnv(gym.Env):
             }
         )
         self.masker = TokenMasker.from_codec(self.codec)
+        self._room = max_turn_tokens + 1 + len(self.codec.close)  # a full turn, its end token, close
         self._grammars: dict[tuple[str, ...], TurnGrammar] = {}
         self.ids: list[int] = []
         self.turn: list[int] = []
         self._state: Any = None
+        self._free = False  # the inner env's call format has no grammar here
         self._grammar: TurnGrammar | None = None
 
     # -- gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         obs, info = self.env.reset(seed=seed, options=options)
-        self.ids = [*self.codec.turn("task", obs), self.codec.role_ids["agent"]]
-        if len(self.ids) + self.max_turn_tokens + 1 > self.window:
+        self.ids = [*self.codec.start, *self.codec.turn("task", obs), *self.codec.prompt("agent")]
+        if len(self.ids) + self._room > self.window:
             raise ValueError(
                 f"TokenEnv.window ({self.window}) is too small: the task prompt alone takes "
                 f"{len(self.ids)} tokens plus a turn of up to {self.max_turn_tokens}"
@@ -122,10 +126,10 @@ class TokenEnv(gym.Env):
         text = self.codec.decode(self.turn)
         obs, reward, terminated, truncated, info = self.env.step(text)
         info = {**info, "turn_text": text}
-        self.ids.append(self.codec.end_id)
+        self.ids += [self.codec.end_id, *self.codec.close]
         if not (terminated or truncated):
-            self.ids += [*self.codec.turn("env", obs), self.codec.role_ids["agent"]]
-            if len(self.ids) + self.max_turn_tokens + 1 > self.window:
+            self.ids += [*self.codec.turn("env", obs), *self.codec.prompt("agent")]
+            if len(self.ids) + self._room > self.window:
                 truncated, info["context_overflow"] = True, True
                 self.ids = self.ids[: self.window]
         self._start_turn()
@@ -134,7 +138,10 @@ class TokenEnv(gym.Env):
     def action_masks(self) -> np.ndarray:
         """Tokens that keep the current turn valid under the tool-call grammar (MaskablePPO).
 
-        After a token outside the grammar (a policy that ignores masks), only the end token."""
+        After a token outside the grammar (a policy that ignores masks), only the end token. Under
+        an inner env with another call format, every token."""
+        if self._free:
+            return np.ones(self.action_space.n, dtype=bool)
         if self._state is None or self._grammar is None:
             mask = np.zeros(self.action_space.n, dtype=bool)
             mask[self.codec.end_id] = True
@@ -156,6 +163,7 @@ class TokenEnv(gym.Env):
     # -- helpers ------------------------------------------------------------------------------
     def _start_turn(self) -> None:
         self.turn = []
+        self._free = getattr(self.env.unwrapped, "call_format", "text") != "text"
         tools = self.env.unwrapped.tools
         key = tuple(sorted(tools))
         if key not in self._grammars:

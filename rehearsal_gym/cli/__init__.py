@@ -59,6 +59,13 @@ def _device(cmd: argparse.ArgumentParser) -> None:
         choices=["float32", "bfloat16", "float16"],
         help="the model's weights (default float32)",
     )
+    cmd.add_argument(
+        "--call-format",
+        default=None,
+        choices=["text", "json"],
+        help="how the model writes tool calls: text (CALL name {json}) or json (<tool_call>{...}</tool_call>); "
+        "default: json when its chat template uses <tool_call>, else text",
+    )
 
 
 def _envs(cmd: argparse.ArgumentParser, default=REAL_ENV_IDS, what: str = "real envs to run on") -> None:

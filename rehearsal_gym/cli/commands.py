@@ -24,6 +24,7 @@ def _model(args: argparse.Namespace):
             getattr(args, "model", None),
             device=getattr(args, "device", None),
             dtype=getattr(args, "dtype", None),
+            call_format=getattr(args, "call_format", None),
         )
     except (OSError, ValueError) as e:
         raise SystemExit(f"--model: {e}") from None
@@ -153,7 +154,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name, path in paths.items():
         try:
             models[name] = resolve_lm(
-                None if path == "default" else path, device=args.device, dtype=args.dtype
+                None if path == "default" else path,
+                device=args.device,
+                dtype=args.dtype,
+                call_format=args.call_format,
             )
         except (FileNotFoundError, OSError) as e:
             raise SystemExit(f"--model {name}: {e}") from None

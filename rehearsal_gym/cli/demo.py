@@ -192,7 +192,7 @@ def run_demo(
     results: dict[str, dict[str, Any]] = {"start (shipped default)": before}
     seconds = {}
     for setting, config in configs.items():
-        policy = LM(copy.deepcopy(lm.model), lm.tokenizer)
+        policy = lm.with_model(copy.deepcopy(lm.model))
         t = time.time()
         train(
             config,

@@ -305,7 +305,7 @@ class TokenMasker:
 
     @classmethod
     def from_codec(cls, codec) -> TokenMasker:
-        special = set(codec.role_ids.values()) | {codec.pad_id, codec.end_id}
+        special = codec.special_ids
         texts = {i: codec.tokenizer.decode([i]) for i in range(codec.vocab_size) if i not in special}
         return cls(texts, codec.vocab_size, codec.end_id)
 

@@ -1,14 +1,21 @@
-"""The tool-call protocol: one text format for an agent turn, and its parser.
+"""The tool-call protocol: the text formats of an agent turn, and their parser.
 
-A turn is exactly one of::
+Two call formats (`CALL_FORMATS`). ``"text"`` (the default model's) is exactly one of::
 
     CALL <tool_name> <JSON object of arguments>
     ANSWER <free text>
 
-`parse_turn` never raises on any input string: it returns a `ToolCall`, a `FinalAnswer`
-or a `ParseError` whose message says what was wrong and what was expected. Arguments are
-checked against the tool's JSON-schema parameters (a documented subset: type, properties,
-required, additionalProperties, enum, minimum, maximum, maxLength, items). No `eval`.
+``"json"`` is the convention Qwen/Hermes-style instruct models are trained on::
+
+    <tool_call>{"name": <tool_name>, "arguments": <JSON object>}</tool_call>
+
+with optional text before the tag (the model's note to itself, ignored); a turn without a
+``<tool_call>`` tag is the final answer, as plain text. One call per turn.
+
+`parse_turn` never raises on any input string, in either format: it returns a `ToolCall`, a
+`FinalAnswer` or a `ParseError` whose message says what was wrong and what was expected.
+Arguments are checked against the tool's JSON-schema parameters (a documented subset: type,
+properties, required, additionalProperties, enum, minimum, maximum, maxLength, items). No `eval`.
 """
 
 from __future__ import annotations
@@ -94,17 +101,76 @@ class ParseError:
 
 Turn = ToolCall | FinalAnswer | ParseError
 
+CALL_FORMATS = ("text", "json")
 USAGE = "Write one turn: CALL <tool> {json arguments}  or  ANSWER <text>."
+JSON_USAGE = (
+    'Write one turn: <tool_call>{"name": <tool>, "arguments": {json arguments}}</tool_call>  '
+    "or the final answer as plain text."
+)
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 
-def format_call(name: str, arguments: Mapping[str, Any]) -> str:
+def check_call_format(call_format: str) -> str:
+    if call_format not in CALL_FORMATS:
+        raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
+    return call_format
+
+
+def usage(call_format: str = "text") -> str:
+    """One line telling the agent how to write a turn in `call_format`."""
+    return JSON_USAGE if check_call_format(call_format) == "json" else USAGE
+
+
+def format_call(name: str, arguments: Mapping[str, Any], call_format: str = "text") -> str:
     """The canonical text of a tool call (inverse of `parse_turn`)."""
-    return f"CALL {name} {json.dumps(dict(arguments), ensure_ascii=True)}"
+    args = json.dumps(dict(arguments), ensure_ascii=True)
+    if check_call_format(call_format) == "json":
+        return f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {args}}}{TOOL_CALL_CLOSE}'
+    return f"CALL {name} {args}"
 
 
-def format_answer(text: str) -> str:
+def format_answer(text: str, call_format: str = "text") -> str:
     """The canonical text of a final answer (inverse of `parse_turn`)."""
-    return f"ANSWER {text}"
+    return text if check_call_format(call_format) == "json" else f"ANSWER {text}"
+
+
+def reformat(turn: str, tools: Mapping[str, ToolSpec] | Iterable[ToolSpec], call_format: str) -> str:
+    """A text-format turn (as the built-in oracles write them) in `call_format`."""
+    parsed = parse_turn(turn, tools)
+    if isinstance(parsed, ToolCall):
+        return format_call(parsed.name, parsed.arguments, call_format)
+    if isinstance(parsed, FinalAnswer):
+        return format_answer(parsed.text, call_format)
+    raise ValueError(f"not a valid turn: {parsed.message}")
+
+
+def tool_list(tools: Mapping[str, ToolSpec] | Iterable[ToolSpec], call_format: str = "text") -> str:
+    """The tools as the agent is shown them: one signature per line (text format), or one JSON
+    function schema per line inside ``<tools>`` with the Hermes instructions (json format)."""
+    tools = _tool_map(tools)
+    if check_call_format(call_format) == "text":
+        return "\n".join(["Tools:"] + [spec.signature() for spec in tools.values()])
+    schemas = [
+        json.dumps(
+            {
+                "type": "function",
+                "function": {"name": s.name, "description": s.description, "parameters": s.parameters},
+            },
+            ensure_ascii=True,
+        )
+        for s in tools.values()
+    ]
+    return "\n".join(
+        ["You may call one function per turn. Function signatures, within <tools></tools>:", "<tools>"]
+        + schemas
+        + [
+            "</tools>",
+            "To call a function, write a JSON object with its name and arguments within "
+            "<tool_call></tool_call> tags:",
+            '<tool_call>{"name": <function-name>, "arguments": <args-json-object>}</tool_call>',
+            "When done, write the final answer as plain text.",
+        ]
+    )
 
 
 def quote(text: str, limit: int = 40) -> str:
@@ -139,16 +205,21 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def parse_turn(text: Any, tools: Mapping[str, ToolSpec] | Iterable[ToolSpec]) -> Turn:
-    """Parse one agent turn. Never raises; bad input gives a `ParseError`."""
+def parse_turn(
+    text: Any, tools: Mapping[str, ToolSpec] | Iterable[ToolSpec], call_format: str = "text"
+) -> Turn:
+    """Parse one agent turn written in `call_format`. Never raises; bad input gives a `ParseError`."""
     tools = _tool_map(tools)
+    guide = usage(call_format)
     if not isinstance(text, str):
-        return ParseError(f"a turn must be a string, got {type(text).__name__}. {USAGE}")
+        return ParseError(f"a turn must be a string, got {type(text).__name__}. {guide}")
     if len(text) > MAX_TURN_CHARS:
-        return ParseError(f"turn is {len(text)} characters; the limit is {MAX_TURN_CHARS}. {USAGE}")
+        return ParseError(f"turn is {len(text)} characters; the limit is {MAX_TURN_CHARS}. {guide}")
     stripped = text.strip()
     if not stripped:
-        return ParseError(f"empty turn. {USAGE}")
+        return ParseError(f"empty turn. {guide}")
+    if call_format == "json":
+        return _parse_json_turn(stripped, tools)
     keyword, rest = _HEAD_RE.match(stripped).groups()
     if keyword == "ANSWER":
         answer = rest.strip()
@@ -164,19 +235,67 @@ def parse_turn(text: Any, tools: Mapping[str, ToolSpec] | Iterable[ToolSpec]) ->
     name = match.group(0)
     if name not in tools:
         return ParseError(f"unknown tool {quote(name)}; tools are: {', '.join(sorted(tools))}")
-    spec = tools[name]
     raw = rest[match.end() :].strip()
     if not raw:
         return ParseError(f"tool {name!r} needs a JSON object of arguments, e.g. CALL {name} {{}}")
+    arguments = _json_value(raw, "arguments")
+    if isinstance(arguments, ParseError):
+        return arguments
+    return _checked_call(name, arguments, tools)
+
+
+def _json_value(raw: str, what: str) -> Any:
+    """The one JSON value that is all of `raw`, or a ParseError (no NaN/Infinity, bounded depth)."""
     try:
         decoder = json.JSONDecoder(parse_constant=_reject_constant)
-        arguments, end = decoder.raw_decode(raw)
+        value, end = decoder.raw_decode(raw)
     except json.JSONDecodeError as e:
-        return ParseError(f"arguments are not valid JSON at char {e.pos}: {e.msg}")
+        return ParseError(f"{what} are not valid JSON at char {e.pos}: {e.msg}")
     except (ValueError, RecursionError) as e:
-        return ParseError(f"arguments are not valid JSON: {str(e)[:80]}")
+        return ParseError(f"{what} are not valid JSON: {str(e)[:80]}")
     if raw[end:].strip():
-        return ParseError(f"unexpected text after the arguments at char {end}: {quote(raw[end:], 20)}")
+        return ParseError(f"unexpected text after the {what} at char {end}: {quote(raw[end:], 20)}")
+    if _depth(value, MAX_JSON_DEPTH + 1) > MAX_JSON_DEPTH + 1:
+        return ParseError(f"{what} are nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _parse_json_turn(stripped: str, tools: Mapping[str, ToolSpec]) -> Turn:
+    start = stripped.find(TOOL_CALL_OPEN)
+    if start < 0:
+        if TOOL_CALL_CLOSE in stripped:
+            return ParseError(f"{TOOL_CALL_CLOSE} without {TOOL_CALL_OPEN}. {JSON_USAGE}")
+        return FinalAnswer(stripped)
+    body = stripped[start + len(TOOL_CALL_OPEN) :]
+    end = body.find(TOOL_CALL_CLOSE)
+    if end < 0:
+        return ParseError(f"{TOOL_CALL_OPEN} is not closed by {TOOL_CALL_CLOSE}. {JSON_USAGE}")
+    after = body[end + len(TOOL_CALL_CLOSE) :].strip()
+    if TOOL_CALL_OPEN in after:
+        return ParseError("one tool call per turn: write the next call after its result comes back")
+    if after:
+        return ParseError(f"unexpected text after {TOOL_CALL_CLOSE}: {quote(after, 20)}")
+    obj = _json_value(body[:end].strip(), "tool call")
+    if isinstance(obj, ParseError):
+        return obj
+    if not isinstance(obj, dict):
+        return ParseError(f"a tool call must be a JSON object, got {_json_type(obj)}. {JSON_USAGE}")
+    if set(obj) - {"name", "arguments"}:
+        extra = ", ".join(quote(k, 20) for k in sorted(set(obj) - {"name", "arguments"}))
+        return ParseError(f"unexpected key(s) {extra} in the tool call; it has 'name' and 'arguments'")
+    name = obj.get("name")
+    if not isinstance(name, str):
+        return ParseError(f"the tool call needs a string 'name', got {_json_type(name)}")
+    if name not in tools:
+        return ParseError(f"unknown tool {quote(name)}; tools are: {', '.join(sorted(tools))}")
+    if "arguments" not in obj:
+        return ParseError(f"tool {name!r} needs 'arguments', a JSON object (may be {{}})")
+    return _checked_call(name, obj["arguments"], tools)
+
+
+def _checked_call(name: str, arguments: Any, tools: Mapping[str, ToolSpec]) -> Turn:
+    """A ToolCall of known tool `name` once `arguments` pass its schema, else a ParseError."""
+    spec = tools[name]
     if not isinstance(arguments, dict):
         return ParseError(f"arguments must be a JSON object, got {_json_type(arguments)}")
     if _depth(arguments, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:

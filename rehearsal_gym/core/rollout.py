@@ -100,14 +100,16 @@ def run_episodes(
     for i, (env, opts) in enumerate(zip(envs, options, strict=True)):
         obs, info = env.reset(seed=None if seed is None else seed + i, options=dict(opts or {}))
         ep = Episode(info.get("task_id", ""), info.get("template", ""), skill=info.get("skill"))
+        ep.extend(lm.start, agent=False)
         if skill_turns and ep.skill is not None:
             ep.extend(lm.turn("skill", ep.skill), agent=False)
         ep.extend(lm.turn("task", obs), agent=False)
         episodes.append(ep)
         active.append(i)
-    agent_id = lm.role_ids["agent"]
+    head = lm.prompt("agent")
+    room = len(head) + max_turn_tokens + len(lm.close)  # what one more agent turn can add
     while active:
-        fits = [i for i in active if len(episodes[i].ids) + 1 + max_turn_tokens <= lm.max_len]
+        fits = [i for i in active if len(episodes[i].ids) + room <= lm.max_len]
         for i in set(active) - set(fits):
             episodes[i].truncated = episodes[i].context_overflow = True
         active = fits
@@ -115,7 +117,7 @@ def run_episodes(
             break
         out = sample(
             lm.model,
-            [episodes[i].ids + [agent_id] for i in active],
+            [episodes[i].ids + head for i in active],
             max_new_tokens=max_turn_tokens,
             stop_id=lm.end_id,
             pad_id=lm.pad_id,
@@ -126,10 +128,9 @@ def run_episodes(
         still = []
         for k, i in enumerate(active):
             ep, toks = episodes[i], out.tokens[k]
-            ep.extend([agent_id], agent=False)
+            ep.extend(head, agent=False)
             ep.extend(toks, agent=True, logprobs=out.logprobs[k])
-            if not out.stopped[k]:
-                ep.extend([lm.end_id], agent=False)
+            ep.extend(([] if out.stopped[k] else [lm.end_id]) + lm.close, agent=False)
             text = lm.decode(toks)
             obs, reward, terminated, truncated, info = envs[i].step(text)
             ep.actions.append(text)
@@ -141,7 +142,7 @@ def run_episodes(
                 ep.success, ep.truncated = bool(info.get("success", False)), bool(truncated)
                 continue
             observation = lm.turn("env", obs)
-            if len(ep.ids) + len(observation) + 1 + max_turn_tokens > lm.max_len:
+            if len(ep.ids) + len(observation) + room > lm.max_len:
                 # no room for another turn after this observation: end here, so that an episode's
                 # ids always fit the context the model is trained in
                 ep.truncated = ep.context_overflow = True
@@ -172,7 +173,10 @@ def evaluate(
     """
     if not isinstance(first_task, int) or first_task < 0:
         raise ValueError(f"first_task must be an int >= 0, got {first_task!r}")
-    envs = [gym.make(env_id, split=split, **dict(env_kwargs or {})) for _ in range(min(batch_size, n_tasks))]
+    kwargs = dict(env_kwargs or {})
+    if lm.call_format != "text":  # the model's own tool-call format (envs default to "text")
+        kwargs.setdefault("call_format", lm.call_format)
+    envs = [gym.make(env_id, split=split, **kwargs) for _ in range(min(batch_size, n_tasks))]
     per_template: dict[str, list[bool]] = {}
     successes, templates = [], []
     try:

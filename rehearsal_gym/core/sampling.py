@@ -27,7 +27,15 @@ class Samples:
 
 
 def _cache_argument(model: torch.nn.Module) -> str:
-    """Name of the KV-cache argument and output: `cache` (transformers 5) or `past_key_values`."""
+    """Name of the KV-cache argument and output: `cache` (transformers 5) or `past_key_values`,
+    read from the transformers model under any wrapper (peft, `core.lora.AdapterDisabled`)."""
+    while True:
+        if isinstance(getattr(model, "policy", None), torch.nn.Module):
+            model = model.policy
+        elif hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        else:
+            break
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

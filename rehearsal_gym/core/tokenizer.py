@@ -53,12 +53,45 @@ def missing_special_tokens(tokenizer) -> list[str]:
     return [t for t in SPECIAL_TOKENS if t not in vocab]
 
 
-class Codec:
-    """Text <-> token ids for conversations: the tokenizer's part of `LM`, without the model.
+class TextIds:
+    """Untrusted text <-> token ids, shared by both conversation codecs."""
 
+    kind = ""
+    start: list[int]  # ids that open every conversation
+    close: list[int]  # ids written after the end token of a generated message
+    end_id: int  # the token that ends a message (the stop token when sampling)
+    pad_id: int
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of untrusted text; special-token strings in it stay plain text."""
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of generated ids, without the end token or padding."""
+        ids = [i for i in ids if i not in (self.end_id, self.pad_id)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @property
+    def special_ids(self) -> set[int]:
+        """Ids that never occur inside a message's text (`encode` never yields them)."""
+        added = getattr(self.tokenizer, "added_tokens_decoder", {})
+        special = {int(i) for i, token in added.items() if getattr(token, "special", False)}
+        return special | {int(i) for i in self.tokenizer.all_special_ids} | {self.end_id, self.pad_id}
+
+
+class Codec(TextIds):
+    """Text <-> token ids for conversations marked with the role tokens (the default model's).
+
+    A message is ``<|role|> text <|end|>``; a conversation is its messages' ids concatenated.
     Token-level envs use it to build the same ids the model sees (`turn`) and to decode actions.
     `tokenizer` must hold the role tokens (`LM` adds them to foreign tokenizers).
     """
+
+    kind = "roles"
 
     def __init__(self, tokenizer) -> None:
         missing = missing_special_tokens(tokenizer)
@@ -66,22 +99,25 @@ class Codec:
             raise ValueError(
                 f"tokenizer lacks the role tokens {missing}; load it through rehearsal_gym.core.model.LM"
             )
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer)
         vocab = tokenizer.get_vocab()
         self.pad_id = vocab[PAD]
         self.end_id = vocab[END]
         self.role_ids = {role: vocab[token] for role, token in ROLE_TOKENS.items()}
-        self.vocab_size = len(tokenizer)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of untrusted text; role-token strings in it stay plain text."""
-        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        self.start, self.close = [], []
 
     def turn(self, role: str, text: str) -> list[int]:
         """One message: role token, text, end token."""
         return [self.role_ids[role], *self.encode(text), self.end_id]
 
-    def decode(self, ids: list[int]) -> str:
-        """Text of generated ids, without the end token or padding."""
-        ids = [i for i in ids if i not in (self.end_id, self.pad_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def prompt(self, role: str) -> list[int]:
+        """What opens a message the model writes in `role`: its role token."""
+        return [self.role_ids[role]]
+
+    def head(self, role: str) -> list[int]:
+        """What precedes the text in a message of `role` (`turn`): its role token."""
+        return [self.role_ids[role]]
+
+    @property
+    def special_ids(self) -> set[int]:
+        return set(self.role_ids.values()) | {self.pad_id, self.end_id}

@@ -56,7 +56,7 @@ def record_oracle_episodes(
             transcript = list(base.transcript[:-1])  # drop the closing "episode finished" note
             calls = []
             for j, (role, text) in enumerate(transcript):
-                parsed = parse_turn(text, base.tools) if role == "agent" else None
+                parsed = parse_turn(text, base.tools, base.call_format) if role == "agent" else None
                 if isinstance(parsed, ToolCall):
                     calls.append((j, parsed))
             demos.append(
@@ -104,18 +104,24 @@ def corpus_texts(demos: Sequence[Demo], seed: int = 0) -> list[str]:
 
 
 def agent_sequence(lm: LM, demo: Demo) -> tuple[list[int], list[int]]:
-    """Token ids of a demo conversation and the mask of the agent's tokens (text + end)."""
-    ids, mask = [], []
+    """Token ids of a demo conversation and the mask of the agent's tokens (text + end), built as
+    a rollout builds them (`core.rollout.run_episodes`)."""
+    ids, mask = list(lm.start), [0] * len(lm.start)
     for role, text in demo.transcript:
-        turn = lm.turn(role, text)
-        ids += turn
-        mask += [0] + [int(role == "agent")] * (len(turn) - 1)
+        if role == "agent":
+            head, body = lm.prompt("agent"), [*lm.encode(text), lm.end_id]
+            ids += head + body + lm.close
+            mask += [0] * len(head) + [1] * len(body) + [0] * len(lm.close)
+        else:
+            turn = lm.turn(role, text)
+            ids += turn
+            mask += [0] * len(turn)
     return ids, mask
 
 
 def env_role_sequence(lm: LM, prompt: str, result: str) -> tuple[list[int], list[int]]:
     """Environment-role prompt then the real result; the mask covers the result and end token."""
-    head = lm.turn("sim", prompt) + [lm.role_ids["env"]]
+    head = lm.start + lm.turn("sim", prompt) + lm.prompt("env")
     tail = lm.encode(result) + [lm.end_id]
     return head + tail, [0] * len(head) + [1] * len(tail)
 
@@ -174,7 +180,7 @@ def copy_drills(
             key = chosen[int(rng.integers(len(chosen)))]
             head = lm.turn("env", json.dumps(obj)) + lm.turn("task", f"Value of {key}?")
             answer = obj[key]
-        head = head + [lm.role_ids["agent"]]
+        head = lm.start + head + lm.prompt("agent")
         tail = lm.encode(answer) + [lm.end_id]
         drills.append((head + tail, [0] * len(head) + [1] * len(tail)))
     return drills

@@ -41,10 +41,10 @@ class RehearsalConfig:
 
 
 def _context(lm: LM, transcript: list[tuple[str, str]]) -> list[int]:
-    ids: list[int] = []
+    ids: list[int] = list(lm.start)
     for role, text in transcript:
         ids += lm.turn(role, text)
-    return ids + [lm.role_ids["agent"]]
+    return ids + lm.prompt("agent")
 
 
 def _act(lm: LM, transcript, n: int, greedy: bool, generator, max_tokens: int) -> list[str]:

@@ -94,9 +94,9 @@ def recall_counts(lm: LM, demos: Sequence[Demo]) -> dict[tuple[str, str], list[i
             ids, _ = agent_sequence(lm, demo)
             x = torch.tensor([ids[: lm.max_len]], device=model_device(lm.model))
             right = lm.model(input_ids=x).logits[0, :-1].argmax(-1) == x[0, 1:]  # right[p-1]: token p
-            starts, at = [], 0
+            starts, at = [], len(lm.start)
             for role, text in demo.transcript:  # where each turn's text tokens begin in `ids`
-                starts.append(at + 1)  # after the role token
+                starts.append(at + len(lm.head(role)))
                 at += len(lm.turn(role, text))
             for j, start, end, source in values:
                 spans = _token_spans(lm, demo.transcript[j][1])

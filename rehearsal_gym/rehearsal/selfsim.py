@@ -38,7 +38,7 @@ os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 MODES = ("replace", "wrap", "mixed")
 VERIFIERS = ("real", "consistent")
-_SETTINGS = ("split", "max_turns", "malformed", "penalty", "render_mode", "hints")
+_SETTINGS = ("split", "max_turns", "malformed", "penalty", "render_mode", "hints", "call_format")
 
 
 def base_env(base: str | gym.Env | Callable[[], gym.Env], **kwargs: Any) -> ToolEnv:
@@ -232,7 +232,7 @@ class SelfSimEnv(ToolEnv):
             call.name, self.n_examples, rng, exclude=format_call(call.name, call.arguments)
         )
         prompt = env_role_prompt(self.tools, call, transcript, examples)
-        prompt_ids = self.lm.turn("sim", prompt) + [self.lm.role_ids["env"]]
+        prompt_ids = self.lm.start + self.lm.turn("sim", prompt) + self.lm.prompt("env")
         seed = int(rng.integers(0, 2**62))
         return {"imagine": True, "prompt_ids": prompt_ids, "seed": seed, "examples": len(examples)}
 
@@ -243,7 +243,7 @@ class SelfSimEnv(ToolEnv):
         """
         if self._done or self.task is None:
             return None
-        call = parse_turn(action, self.tools)
+        call = parse_turn(action, self.tools, self.call_format)
         if not isinstance(call, ToolCall):
             return None
         plan = self.plan(call)
@@ -351,7 +351,7 @@ class SelfSimEnv(ToolEnv):
             for action, observation in history:
                 self.turn += 1
                 self.transcript += [("agent", to_observation(action)), ("env", to_observation(observation))]
-                call = parse_turn(action, self.tools)
+                call = parse_turn(action, self.tools, self.call_format)
                 if isinstance(call, ToolCall):
                     self.calls.append(call)
                     self.seen.append((call, json_object(observation)))

@@ -83,8 +83,8 @@ def analyst_config(text: str) -> AnalystConfig:
 
 
 def analyst_prompt_ids(lm: LM, request: str, actions: Sequence[str], success: bool) -> list[int]:
-    """The analyst's prompt: the episode in a ``<|task|>`` turn, then ``<|skill|>``."""
-    return [*lm.turn("task", analyst_prompt(request, actions, success)), lm.role_ids["skill"]]
+    """The analyst's prompt: the episode in a task turn, then the opening of a skill message."""
+    return [*lm.start, *lm.turn("task", analyst_prompt(request, actions, success)), *lm.prompt("skill")]
 
 
 def analyst_sequence(lm: LM, request: str, actions: Sequence[str], success: bool, skill: Skill):
@@ -96,7 +96,8 @@ def analyst_sequence(lm: LM, request: str, actions: Sequence[str], success: bool
 
 def sampled_analyses(lm: LM, env_id: str, task_indices: Sequence[int], samples: int, seed: int):
     """Analyst examples from the model's own sampled episodes, labelled by the explainer."""
-    envs = [gym.make(env_id, split="train") for _ in range(min(32, len(task_indices) * samples))]
+    fmt = {"call_format": lm.call_format} if lm.call_format != "text" else {}  # the model's own
+    envs = [gym.make(env_id, split="train", **fmt) for _ in range(min(32, len(task_indices) * samples))]
     jobs = [i for i in task_indices for _ in range(samples)]
     out, wins = [], 0
     generator = torch.Generator().manual_seed(seed)
@@ -170,7 +171,7 @@ def oracle_replay(
             ids, mask = agent_sequence(lm, demo)
             if k in hinted:
                 skill = lm.turn("skill", oracle_skill(env, int(index)).hint())
-                ids, mask = skill + ids, [0] * len(skill) + mask
+                ids, mask = lm.with_skill(ids, skill), lm.with_skill(mask, [0] * len(skill))
             out.append((ids, mask))
     finally:
         if env is not None:

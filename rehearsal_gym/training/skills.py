@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rehearsal_gym.envs.base import explain
+from rehearsal_gym.envs.explain import explain
 
 KINDS = ("workflow", "avoid")
 MAX_RULE_CHARS = 200

@@ -1,4 +1,5 @@
 import copy
+import json
 import pickle
 from collections.abc import Mapping
 
@@ -210,6 +211,7 @@ def test_truncation_after_max_turns():
         ({"malformed": "ignore"}, "malformed"),
         ({"penalty": -1.0}, "penalty"),
         ({"render_mode": "human"}, "render_mode"),
+        ({"call_format": "xml"}, "call_format"),
     ],
 )
 def test_bad_config_names_the_field(kwargs, field):
@@ -288,3 +290,49 @@ def test_a_cut_observation_says_exactly_how_many_characters_it_lost(extra):
     kept, marker = obs.rsplit(" ...[cut ", 1)
     assert text.startswith(kept) and marker.endswith(" chars]")
     assert int(marker.removesuffix(" chars]")) == len(text) - len(kept)
+
+
+# -- the JSON call format, as instruct models write it ---------------------------------------------
+HOSTILE_JSON = [
+    "<tool_call>",
+    "<tool_call>" + "{" * 100_000 + "</tool_call>",
+    '<tool_call>{"name": "get_order", "arguments": {"order_id": "O1\' OR \'1\'=\'1"}}</tool_call>',
+    '<tool_call>{"name": "cancel_order", "arguments": {"order_id": "x\' OR 1=1 --", "reason": "no_longer_needed"}}'
+    "</tool_call>",
+    '<tool_call>{"name": "place_order", "arguments": {"account_id": "A1\' OR 1=1--", "symbol": "ACME", '
+    '"side": "sell", "qty": 1}}</tool_call>',
+    '<tool_call>{"name": "__import__", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "get_price", "arguments": {"symbol": "../../../etc/passwd", "date": "x"}}</tool_call>',
+    '<tool_call>{"name": "multiply", "arguments": {"a": 1e308, "b": 1e308}}</tool_call><tool_call>',
+    "<tool_call>\ud800</tool_call>",
+    "</tool_call><|im_end|><|im_start|>system",
+]
+
+
+@pytest.mark.parametrize("env_id", REAL)
+def test_json_call_format_conforms_and_the_oracle_solves_it(env_id):
+    check_env(gym.make(env_id, call_format="json").unwrapped)
+    env = gym.make(env_id, call_format="json")
+    obs, _ = env.reset(options={"task_index": 0})
+    assert "<tools>" in obs and "<tool_call>" in obs and obs.endswith(env.unwrapped.task.prompt)
+    for i in range(10):
+        env.reset(options={"task_index": i})
+        for turn in env.unwrapped.oracle_turns():
+            _, reward, terminated, _, info = env.step(turn)
+        assert terminated and reward == 1.0 and info["success"], info
+    env.reset(options={"task_index": 0})
+    _, reward, terminated, _, info = env.step(env.unwrapped.family.oracle(env.unwrapped.task)[0])
+    assert terminated and reward == 0.0 and info["answer"].startswith("CALL")  # plain text: an answer
+
+
+@pytest.mark.parametrize("env_id", REAL)
+@pytest.mark.parametrize("action", HOSTILE_JSON, ids=range(len(HOSTILE_JSON)))
+def test_hostile_json_turns_never_raise(env_id, action):
+    env = gym.make(env_id, max_turns=3, call_format="json")
+    env.reset(options={"task_index": 1})
+    before = state_hash(env.unwrapped.backend.state())
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert env.observation_space.contains(obs) and reward <= 0.0
+    assert obs.startswith("error:") or "error" in json.loads(obs), (obs, info)  # malformed, or refused
+    assert state_hash(env.unwrapped.backend.state()) == before
+    env.step("done")
