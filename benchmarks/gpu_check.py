@@ -5,7 +5,8 @@
 
 On each device (CUDA when available, then CPU for the ratio) it loads the model, runs SelfSim-v0
 in replace and wrap modes, two PPO iterations (bf16 on CUDA, float32 on CPU), and prints the
-sampler's tokens/s against `model.generate`, episodes/s, and peak GPU memory. Finishes in well
+sampler's tokens/s against `model.generate`, episodes/s, peak GPU memory, and the ratios of
+benchmarks/rollout_speed.py (late vs early turns, a rehearsed vs a real round). Finishes in well
 under 5 minutes with the defaults.
 """
 
@@ -17,6 +18,7 @@ import time
 import gymnasium as gym
 import torch
 from rehearsal_gym.agents import PPOConfig, PPOTrainer
+from rollout_speed import round_time, turn_cost  # benchmarks/rollout_speed.py, beside this script
 
 import rehearsal_gym  # noqa: F401 - registers the env ids
 from rehearsal_gym.core.rollout import run_episodes
@@ -86,6 +88,11 @@ def check(model: str | None, device: str, dtype: str, tasks: int, lora: int) -> 
     for _ in range(2):
         trainer.train_iteration()
     row["ppo s/iteration"] = (time.perf_counter() - t0) / 2
+    sync()
+    early, late, _ = turn_cost(16, 24, device)  # the default-size model, ten-turn episodes
+    row["late/early turn (default size)"] = late / early
+    real = round_time("ToolCall-v0", "off", 2, lm)
+    row["rehearsed/real round ToolCall"] = round_time("ToolCall-v0", "replace", 2, lm) / real
     if device.startswith("cuda"):
         row["peak GPU memory GiB"] = torch.cuda.max_memory_allocated() / 2**30
     return row

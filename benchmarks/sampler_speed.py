@@ -4,6 +4,7 @@ Same model, batch, prompt and number of new tokens (no early stop), both samplin
 temperature 1 on CPU. Prints tokens/s of each and their ratio.
 
     python benchmarks/sampler_speed.py --batch 16 --new-tokens 64
+    python benchmarks/sampler_speed.py --batch 16 --new-tokens 64 --compile   # + torch.compile (opt-in)
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time our sampler on torch.compile(model) (compiling is not timed)",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     demos = record_oracle_episodes("Retail-v0", range(50))
@@ -58,9 +64,23 @@ def main() -> None:
                 top_p=1.0,
             )
 
+    compiled_model = torch.compile(lm.model, dynamic=True) if args.compile else None
+
+    def compiled():
+        sample(
+            compiled_model,
+            prompts,
+            max_new_tokens=args.new_tokens,
+            stop_id=None,
+            pad_id=lm.pad_id,
+            generator=torch.Generator().manual_seed(0),
+        )
+
+    runs = [("rehearsal_gym.sample", ours), ("model.generate", hf)]
+    runs += [("sample, compiled model", compiled)] if args.compile else []
     results = {}
-    for name, fn in (("rehearsal_gym.sample", ours), ("model.generate", hf)):
-        fn()  # warm up
+    for name, fn in runs:
+        fn()  # warm up (and compile)
         t0 = time.perf_counter()
         for _ in range(args.repeats):
             fn()
@@ -71,6 +91,10 @@ def main() -> None:
             f"prompt {len(prompt)} tokens, {lm.num_parameters():,} params)"
         )
     print(f"ratio sample / generate: {results['rehearsal_gym.sample'] / results['model.generate']:.2f}x")
+    if args.compile:
+        print(
+            f"ratio compiled sample / generate: {results['sample, compiled model'] / results['model.generate']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -461,10 +461,13 @@ def _scripted_world(env, texts):
 
     drawn = []
 
-    def sample_role(prompts, seed):
-        drawn.append(seed)
-        ids = env.lm.encode(texts[len(drawn) - 1]) + [env.lm.end_id]
-        return Samples([ids] * len(prompts), [[0.0] * len(ids)] * len(prompts), [True] * len(prompts))
+    def sample_role(plans):
+        out = []
+        for _, seed, count in plans:
+            drawn.append(seed)
+            ids = env.lm.encode(texts[len(drawn) - 1]) + [env.lm.end_id]
+            out.append(Samples([ids] * count, [[0.0] * len(ids)] * count, [True] * count))
+        return out
 
     env.sample_role = sample_role
     return drawn

@@ -1,6 +1,7 @@
 """run_episodes: batched episodes, reproducible under a seed."""
 
 import gymnasium as gym
+import pytest
 import torch
 
 import rehearsal_gym  # noqa: F401  (registers the envs)
@@ -57,3 +58,61 @@ def test_a_turn_that_could_overflow_the_context_truncates_the_episode(tiny_token
     (ep,) = run_episodes(small, [probe], [{"task_index": 0}], greedy=False, seed=0, max_turn_tokens=8)
     assert ep.truncated and ep.context_overflow and len(ep.actions) == 1  # one turn fitted, the next not
     assert len(ep.ids) <= small.max_len  # the observation that left no room is not kept
+
+
+def test_kept_kv_caches_give_the_ids_and_logprobs_of_reading_each_conversation_whole(tiny_lm, monkeypatch):
+    from rehearsal_gym.core import rollout, sampling
+
+    sessions = []
+
+    class Recorded(sampling.KVSession):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            sessions.append(self)
+
+    monkeypatch.setattr(rollout, "KVSession", Recorded)
+
+    def run(kv_cache):
+        envs = [gym.make(env_id, max_turns=4) for env_id in ("ToolCall-v0", "Retail-v0", "Finance-v0") * 2]
+        return run_episodes(
+            tiny_lm,
+            envs,
+            [{"task_index": i} for i in range(6)],
+            greedy=False,
+            max_turn_tokens=12,
+            seed=7,
+            kv_cache=kv_cache,
+        )
+
+    cached, whole = run(True), run(False)
+    assert (
+        len(sessions) == 1 and sessions[0].reused >= 3 and sessions[0].rebuilt == 1
+    )  # only the first turn read whole
+    assert sum(len(ep.actions) for ep in cached) > len(cached)  # turns after the first were continued
+    for a, b in zip(cached, whole, strict=True):
+        assert a.ids == b.ids and a.agent_mask == b.agent_mask and a.actions == b.actions
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_a_session_reads_afresh_when_a_prompt_does_not_extend_its_conversation(tiny_lm):
+    from rehearsal_gym.core.sampling import KVSession, sample
+
+    kw = dict(max_new_tokens=5, stop_id=None, pad_id=tiny_lm.pad_id, greedy=True)
+    a, b = tiny_lm.turn("task", "Request: add 1 and 2"), tiny_lm.turn("task", "Request: what is 7% of 90?")
+    session = KVSession(max_width=400)
+    first = sample(tiny_lm.model, [a, b], session=session, keys=["a", "b"], **kw)
+    assert (
+        sample(tiny_lm.model, [a, b], **kw).tokens == first.tokens
+    )  # the preallocated one-shot cache agrees
+    grown = [a + first.tokens[0] + tiny_lm.turn("env", '{"result": 3}'), b + first.tokens[1] + [5]]
+    out = sample(tiny_lm.model, grown[::-1], session=session, keys=["b", "a"], **kw)  # reordered rows
+    assert (session.reused, session.rebuilt) == (1, 1)
+    assert out.tokens == sample(tiny_lm.model, grown[::-1], **kw).tokens
+    sample(tiny_lm.model, [grown[0] + out.tokens[1] + [7]], session=session, keys=["a"], **kw)  # b left
+    assert (session.reused, session.rebuilt) == (2, 1)
+    sample(tiny_lm.model, [b + [9]], session=session, keys=["a"], **kw)  # not a's conversation
+    assert session.rebuilt == 2
+    sample(tiny_lm.model, [b + [9] + [4] * 400], session=session, keys=["a"], **kw)  # would outgrow max_width
+    assert session.rebuilt == 3
+    with pytest.raises(ValueError, match="one key per prompt"):
+        sample(tiny_lm.model, [a], session=session, **kw)

@@ -9,6 +9,7 @@ from gymnasium.utils.env_checker import check_env
 from rehearsal_gym.envs.base import state_hash
 
 from rehearsal_gym.core.model import LM
+from rehearsal_gym.core.rollout import run_episodes
 from rehearsal_gym.rehearsal.imagined import fidelity, result_error
 from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
 
@@ -219,6 +220,67 @@ def test_vector_env_is_reproducible(tiny_lm):
         return envs.step(('CALL get_account {"account_id": "A1"}',) * 2)[0]
 
     assert run() == run()
+
+
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_batched_imagination_equals_unbatched(tiny_lm, scripted, monkeypatch, n_samples):
+    """run_episodes batches the environment role of every episode in a turn into one call; the
+    episodes are those of stepping each env alone, under the same seed (a scripted agent calls a
+    tool, the untrained tiny model imagines the results)."""
+    from rehearsal_gym.core import rollout
+
+    def run(batched: bool, calls: list[int]):
+        envs = [
+            SelfSimEnv(
+                "Finance-v0",
+                model=tiny_lm,
+                max_result_tokens=12,
+                bank_tasks=5,
+                n_samples=n_samples,
+                max_turns=3,
+            )
+            for _ in range(6)
+        ]
+        real_sample = SelfSimEnv.sample_role
+        monkeypatch.setattr(
+            SelfSimEnv,
+            "sample_role",
+            lambda self, plans: calls.append(len(plans)) or real_sample(self, plans),
+        )
+        if not batched:
+            monkeypatch.setattr(rollout, "prepare_steps", lambda envs, actions: None)
+        agent = scripted(['CALL get_account {"account_id": "A1"}'])
+        eps = run_episodes(
+            agent, envs, [{"task_index": i % 3} for i in range(6)], greedy=False, max_turn_tokens=24, seed=3
+        )
+        monkeypatch.undo()
+        return eps
+
+    batched_calls, single_calls = [], []
+    batched, single = run(True, batched_calls), run(False, single_calls)
+    assert max(single_calls) == 1 and max(batched_calls) > 1  # one call served several episodes
+    assert sum(batched_calls) == sum(single_calls) and len(batched_calls) < len(single_calls)
+    imagined = 0
+    for a, b in zip(batched, single, strict=True):
+        assert a.ids == b.ids and a.actions == b.actions and a.reward == b.reward
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+        for x, y in zip(a.imagined, b.imagined, strict=True):
+            assert x.prompt_ids == y.prompt_ids and x.ids == y.ids
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5)
+            imagined += 1
+    assert imagined >= 6
+
+
+def test_vector_env_steps_as_separate_envs(tiny_lm):
+    kwargs = dict(base="Finance-v0", model=tiny_lm, max_result_tokens=16, bank_tasks=5)
+    vec = gym.make_vec("SelfSim-v0", num_envs=3, **kwargs)
+    singles = [gym.make("SelfSim-v0", **kwargs) for _ in range(3)]
+    vec.reset(seed=5)
+    for i, env in enumerate(singles):
+        env.reset(seed=5 + i)
+    action = 'CALL get_account {"account_id": "A1"}'
+    obs = vec.step((action,) * 3)[0]
+    assert list(obs) == [env.step(action)[0] for env in singles]
 
 
 def test_record_and_replay_cache(tiny_lm, tmp_path):

@@ -17,7 +17,7 @@ import torch
 
 from rehearsal_gym.core.model import LM
 from rehearsal_gym.core.protocol import ToolSpec, format_answer, format_call
-from rehearsal_gym.core.sampling import sample
+from rehearsal_gym.core.sampling import KVSession, sample
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,21 @@ class Episode:
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
 
 
+def prepare_steps(envs: Sequence[gym.Env], actions: Sequence[str]) -> None:
+    """Let env classes batch the work of their instances' next steps: an env class with a
+    ``prepare_steps(envs, actions)`` static method (SelfSimEnv: the environment role's results)
+    gets its instances among `envs` with their actions before any of them steps."""
+    by_class: dict[type, tuple[list, list]] = {}
+    for env, action in zip(envs, actions, strict=True):
+        inner = env.unwrapped
+        if callable(getattr(type(inner), "prepare_steps", None)):
+            group = by_class.setdefault(type(inner), ([], []))
+            group[0].append(inner)
+            group[1].append(action)
+    for cls, (members, acts) in by_class.items():
+        cls.prepare_steps(members, acts)
+
+
 def run_episodes(
     lm: LM,
     envs: Sequence[gym.Env],
@@ -77,8 +92,13 @@ def run_episodes(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     skill_turns: bool = False,
+    kv_cache: bool = True,
 ) -> list[Episode]:
     """Play one episode in each env, batching the model's turns across envs.
+
+    `kv_cache`: keep each episode's KV cache from turn to turn (`core.sampling.KVSession`), so a
+    turn feeds the model only the new observation, not the whole conversation again; the ids and
+    log-probs are those of reading it whole (False does that, every turn).
 
     `skill_turns`: an episode reset with a skill (reset option ``"skill"``, echoed in
     ``info["skill"]``) starts with it as a ``<|skill|>`` turn before the task, where SEED's teacher
@@ -106,6 +126,7 @@ def run_episodes(
         ep.extend(lm.turn("task", obs), agent=False)
         episodes.append(ep)
         active.append(i)
+    session = KVSession(max_width=2 * lm.max_len) if kv_cache else None
     head = lm.prompt("agent")
     room = len(head) + max_turn_tokens + len(lm.close)  # what one more agent turn can add
     while active:
@@ -124,14 +145,17 @@ def run_episodes(
             temperature=temperature,
             greedy=greedy,
             generator=generator,
+            session=session,
+            keys=active,
         )
+        texts = [lm.decode(toks) for toks in out.tokens]
+        prepare_steps([envs[i] for i in active], texts)
         still = []
         for k, i in enumerate(active):
-            ep, toks = episodes[i], out.tokens[k]
+            ep, toks, text = episodes[i], out.tokens[k], texts[k]
             ep.extend(head, agent=False)
             ep.extend(toks, agent=True, logprobs=out.logprobs[k])
             ep.extend(([] if out.stopped[k] else [lm.end_id]) + lm.close, agent=False)
-            text = lm.decode(toks)
             obs, reward, terminated, truncated, info = envs[i].step(text)
             ep.actions.append(text)
             ep.infos.append(info)

@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -253,17 +253,52 @@ class SelfSimEnv(ToolEnv):
     def _fits(self, plan: dict[str, Any]) -> bool:
         return len(plan["prompt_ids"]) + self.max_result_tokens <= self.lm.max_len
 
-    def sample_role(self, prompts: list[list[int]], seed: int) -> Samples:
-        """Sample environment-role results for a batch of prompts (one seeded generator)."""
-        return sample(
+    def sample_role(self, plans: Sequence[tuple[Sequence[int], int, int]]) -> list[Samples]:
+        """Environment-role results of (prompt ids, seed, count) plans, all in one batched call:
+        `count` results per prompt, drawn from a generator seeded with the plan's seed. A plan's
+        results do not depend on the other plans in the batch (`sample`'s per-row generators)."""
+        prompts, generators = [], []
+        for prompt, seed, count in plans:
+            generator = torch.Generator().manual_seed(seed)
+            prompts += [list(prompt)] * count
+            generators += [generator] * count
+        out = sample(
             self.lm.model,
             prompts,
             max_new_tokens=self.max_result_tokens,
             stop_id=self.lm.end_id,
             pad_id=self.lm.pad_id,
             temperature=self.temperature,
-            generator=torch.Generator().manual_seed(seed),
+            generator=generators,
         )
+        results, row = [], 0
+        for _, _, count in plans:
+            rows = slice(row, row + count)
+            results.append(Samples(out.tokens[rows], out.logprobs[rows], out.stopped[rows]))
+            row += count
+        return results
+
+    @staticmethod
+    def prepare_steps(envs: Sequence[SelfSimEnv], actions: Sequence[str]) -> int:
+        """Before `envs[i].step(actions[i])` for each i: sample every environment-role result those
+        steps will imagine in one batched call per world model (the steps then use them), as the
+        agent's turns are batched. Each result equals the one its step would draw alone. Returns
+        how many plans were sampled."""
+        groups: dict[tuple, list[tuple[SelfSimEnv, dict[str, Any]]]] = {}
+        for env, action in zip(envs, actions, strict=True):
+            plan = env.plan_step(action)
+            if plan is None or (
+                env.cache is not None
+                and env.cache.get(ImaginationCache.key(plan["prompt_ids"], plan["seed"])) is not None
+            ):
+                continue
+            key = (id(env.lm.model), env.max_result_tokens, env.temperature, env.lm.end_id, env.lm.pad_id)
+            groups.setdefault(key, []).append((env, plan))
+        for members in groups.values():
+            plans = [(plan["prompt_ids"], plan["seed"], env.n_samples) for env, plan in members]
+            for (_, plan), samples in zip(members, members[0][0].sample_role(plans), strict=True):
+                plan["samples"] = samples
+        return sum(map(len, groups.values()))
 
     def imagine(self, call: ToolCall, plan: dict[str, Any], info: dict[str, Any]) -> dict[str, Any] | None:
         """The environment role's result for `call`; None (and info["error"]) if unusable."""
@@ -298,7 +333,7 @@ class SelfSimEnv(ToolEnv):
         key = ImaginationCache.key(prompt_ids, seed)
         out = self.cache.get(key) if self.cache is not None else None
         if out is None:
-            out = samples or self.sample_role([prompt_ids] * self.n_samples, seed)
+            out = samples or self.sample_role([(prompt_ids, seed, self.n_samples)])[0]
             if self.cache is not None:
                 self.cache.put(key, out)
         return out
@@ -426,22 +461,6 @@ class SelfSimVectorEnv(gym.vector.SyncVectorEnv):
         super().__init__([lambda: SelfSimEnv(model=lm, **kwargs) for _ in range(num_envs)])
 
     def step(self, actions):
-        subs = [env.unwrapped for env in self.envs]
-        plans = {}
-        for i, (env, action) in enumerate(zip(subs, actions, strict=True)):
-            if not self._autoreset_envs[i]:
-                plan = env.plan_step(action)
-                if plan is not None:
-                    plans[i] = plan
-        if plans:
-            first = next(iter(plans))
-            prompts = [plans[i]["prompt_ids"] for i in plans for _ in range(subs[i].n_samples)]
-            out = subs[first].sample_role(prompts, plans[first]["seed"])
-            row = 0
-            for i, plan in plans.items():
-                k = subs[i].n_samples
-                plan["samples"] = Samples(
-                    out.tokens[row : row + k], out.logprobs[row : row + k], out.stopped[row : row + k]
-                )
-                row += k
+        stepping = [i for i in range(self.num_envs) if not self._autoreset_envs[i]]
+        SelfSimEnv.prepare_steps([self.envs[i].unwrapped for i in stepping], [actions[i] for i in stepping])
         return super().step(actions)
