@@ -1,10 +1,12 @@
 """Real tool environments: function calling, retail customer service (SQLite), finance (SQLite),
-and `make_tool_env`, which makes one of a user's own toolbox class."""
+`make_tool_env`, which makes one of a user's own toolbox class, and `make_mcp_env`, one of an MCP
+server's tools."""
 
 from .base import Backend, Family, Task, ToolEnv, ToolError
 from .explain import explain
 from .finance import FinanceEnv, FinanceFamily
 from .function_calling import FunctionCallingEnv, FunctionCallingFamily
+from .mcp_env import MCPFamily, make_mcp_env
 from .retail import RetailEnv, RetailFamily
 from .toolbox import ToolboxFamily, ToolTask, make_tool_env
 
@@ -21,6 +23,7 @@ __all__ = [
     "FinanceFamily",
     "FunctionCallingEnv",
     "FunctionCallingFamily",
+    "MCPFamily",
     "RetailEnv",
     "RetailFamily",
     "Task",
@@ -29,5 +32,6 @@ __all__ = [
     "ToolTask",
     "ToolboxFamily",
     "explain",
+    "make_mcp_env",
     "make_tool_env",
 ]

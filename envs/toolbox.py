@@ -212,9 +212,10 @@ class ToolboxFamily(Family):
         name: str | None = None,
         tool_timeout: float = 10.0,
         success_threshold: float = 1.0,
+        tools: Mapping[str, ToolSpec] | None = None,
     ) -> None:
-        self.toolbox = toolbox
-        self.tools = toolbox_tools(toolbox)
+        self.toolbox = toolbox  # a class, or any callable (task) -> toolbox instance with `tools` given
+        self.tools = dict(tools) if tools is not None else toolbox_tools(toolbox)
         self.name = name or toolbox.__name__
         if not callable(reward):
             raise TypeError(f"reward must be callable (task, toolbox, answer) -> float, got {reward!r}")

@@ -2,7 +2,8 @@
 
 Importing the package registers the real tool envs ``ToolCall-v0``, ``Retail-v0``, ``Finance-v0``
 and the world-rehearsal env ``SelfSim-v0``. ``make_tool_env(toolbox, tasks, reward)`` makes a tool
-env of a user's own tools (`ToolTask` is one of its tasks); ``SelfSimEnv`` rehearses any of them.
+env of a user's own tools (`ToolTask` is one of its tasks), ``make_mcp_env(command, tasks, reward)``
+one of an MCP server's tools; ``SelfSimEnv`` rehearses any of them.
 ``rehearsal_gym.default_lm()`` loads the shipped default model and ``rehearsal_gym.LM`` any other.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from rehearsal_gym.envs import ToolEnv, ToolError, ToolTask, make_tool_env
+from rehearsal_gym.envs import ToolEnv, ToolError, ToolTask, make_mcp_env, make_tool_env
 
 __version__ = "0.1.0"
 
@@ -54,5 +55,6 @@ __all__ = [
     "ToolError",
     "ToolTask",
     "default_lm",
+    "make_mcp_env",
     "make_tool_env",
 ]
