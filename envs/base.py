@@ -134,6 +134,21 @@ class Family(ABC):
         oracle's goal state and answer. The answer is reported as ``info["expected_answer"]``."""
         return self.expected_outcome(task)
 
+    def task_tools(self, task: Any) -> Mapping[str, ToolSpec]:
+        """The tools of one task (all of the family's, unless a family varies them per task)."""
+        return self.tools
+
+    def follow_up(self, task: Any, request: int) -> str | None:
+        """The user's `request`-th message (1, 2, ...) once the agent answered the one before, or
+        None when the task has no more (the answer then ends the episode and is scored)."""
+        return None
+
+    def score_calls(
+        self, task: Any, backend: Backend, answer: str, reference: Any, calls: Sequence[Sequence[ToolCall]]
+    ) -> float:
+        """`score`, for families that judge the calls made for each request (`calls[i]`)."""
+        return self.score(task, backend, answer, reference)
+
     def score(self, task: Task, backend: Backend, answer: str, reference: tuple[Any, str]) -> float:
         """The reward of a finished episode whose final state is `backend`'s: here 1.0 when the goal
         state is reached and the answer passes the task's check, else 0.0."""
@@ -221,7 +236,7 @@ class Family(ABC):
 
     def prompt(self, task: Task, call_format: str = "text") -> str:
         """The first observation: available tools (in the call format's convention), then the request."""
-        return f"{tool_list(self.tools, call_format)}\nRequest: {task.prompt}"
+        return f"{tool_list(self.task_tools(task), call_format)}\nRequest: {task.prompt}"
 
 
 def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
@@ -324,7 +339,7 @@ class ToolEnv(gym.Env[str, str]):
 
     @property
     def tools(self) -> Mapping[str, ToolSpec]:
-        return self.family.tools
+        return self.family.tools if self.task is None else self.family.task_tools(self.task)
 
     @property
     def backend(self) -> Backend | None:
@@ -356,6 +371,7 @@ class ToolEnv(gym.Env[str, str]):
         self.turn = 0
         self.malformed_count = 0
         self.calls: list[ToolCall] = []
+        self.request_starts = [0]  # index in `calls` where each user request's calls begin
         self._done = False
         prompt = to_observation(self.family.prompt(task, self.call_format))
         self.transcript = [("task", prompt)]
@@ -397,6 +413,9 @@ class ToolEnv(gym.Env[str, str]):
             else:
                 info["result"] = Record(result)
                 obs = result_text(result)
+        elif (follow := self.family.follow_up(self.task, len(self.request_starts))) is not None:
+            self.request_starts.append(len(self.calls))  # the user's next request (multi-turn tasks)
+            obs = f"Request: {follow}"
         else:
             value = float(self.verify(parsed.text))
             success = self.family.success(value)
@@ -426,10 +445,12 @@ class ToolEnv(gym.Env[str, str]):
         return self.backend
 
     def verify(self, answer: str) -> float:
-        """The score of the episode ending with `answer` (`Family.score` on `final_backend`)."""
+        """The score of the episode ending with `answer` (`Family.score_calls` on `final_backend`)."""
         backend = self.final_backend()
+        bounds = [*self.request_starts, len(self.calls)]
+        calls = [self.calls[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
         try:
-            return self.family.score(self.task, backend, answer, self._reference)
+            return self.family.score_calls(self.task, backend, answer, self._reference, calls)
         finally:
             if backend is not self._backend:
                 backend.close()

@@ -21,6 +21,7 @@ def _register() -> None:
 
     entries = {env_id: f"{cls.__module__}:{cls.__qualname__}" for env_id, cls in ENV_IDS.items()}
     entries["SelfSim-v0"] = "rehearsal_gym.rehearsal.selfsim:SelfSimEnv"
+    entries["BFCL-v0"] = "rehearsal_gym.envs.bfcl:BFCLEnv"  # needs bfcl-eval (docs/envs.md)
     for env_id, entry in entries.items():
         if env_id not in gym.registry:
             vector = "rehearsal_gym.rehearsal.selfsim:SelfSimVectorEnv" if env_id == "SelfSim-v0" else None

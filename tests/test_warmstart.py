@@ -377,3 +377,18 @@ def test_ground_world_rejects_bad_arguments(tiny_lm, kwargs, match):
     args = dict(env_ids=["ToolCall-v0"], tasks=range(0, 2), steps=1) | kwargs
     with pytest.raises(ValueError, match=match):
         ground_world(tiny_lm, progress=False, **args)
+
+
+def test_ground_world_never_cuts_an_overlong_sequence(tiny_tokenizer):
+    short = LM.new(
+        tiny_tokenizer, LMConfig(hidden_size=8, num_layers=1, num_heads=1, intermediate_size=8, max_len=200)
+    )
+    with pytest.raises(ValueError, match="exceed the context of 200 tokens"):
+        ground_world(short, ["Retail-v0"], range(6), 1, progress=False, log=lambda _: None)
+    logs = []
+    losses = ground_world(
+        short, ["Retail-v0"], range(6), 1, progress=False, log=logs.append, skip_overlong=True
+    )
+    assert len(losses) == 1 and "exceed the context; left out" in logs[0]
+    left_out, total = (int(w) for w in logs[0].split()[2:5:2])
+    assert 0 < left_out < total

@@ -205,7 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(fi, "runs/fidelity")
 
     gw = command("ground-world", cmd_ground_world)
-    _envs(gw, ("ToolCall-v0",), "envs whose real results ground the world")
+    gw.add_argument(
+        "--envs",
+        nargs="+",
+        type=_env_id,
+        default=["ToolCall-v0"],
+        help="envs (with an oracle) whose real results ground the world: registered ids, or module:Id",
+    )
     gw.add_argument("--first-task", type=int, default=10000, help="first train task of the real results")
     gw.add_argument("--tasks", type=int, default=2000, help="train tasks per env (oracle runs)")
     gw.add_argument("--steps", type=int, default=300, help="optimizer steps")
@@ -213,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--seed", type=int, default=0, help="example order")
     gw.add_argument("--out", required=True, help="directory of the grounded world model")
     gw.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    gw.add_argument(
+        "--skip-overlong", action="store_true", help="leave out sequences longer than the context (counted)"
+    )
     gw.add_argument("--model", default=None, help=MODEL_HELP)
     _device(gw)
     gw.add_argument("--quiet", action="store_true", help="no progress bars")

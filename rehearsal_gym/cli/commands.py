@@ -258,7 +258,14 @@ def cmd_ground_world(args: argparse.Namespace) -> int:
     lm = _model(args)
     tasks = range(args.first_task, args.first_task + args.tasks)
     losses = ground_world(
-        lm, args.envs, tasks, args.steps, lr=args.lr, seed=args.seed, progress=not args.quiet
+        lm,
+        args.envs,
+        tasks,
+        args.steps,
+        lr=args.lr,
+        seed=args.seed,
+        progress=not args.quiet,
+        skip_overlong=args.skip_overlong,
     )
     lm.save(out)  # atomic: all or nothing
     (out / "ground_world.json").write_text(

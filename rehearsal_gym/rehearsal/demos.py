@@ -39,7 +39,7 @@ def record_oracle_episodes(
     import rehearsal_gym  # noqa: F401 - registers the env ids
 
     if isinstance(env_id, Family):
-        env = ToolEnv(split=split, family=env_id)
+        env = ToolEnv(split=split, family=env_id, max_turns=10_000)  # the oracle ends its episodes
         env_id = env_id.name
     else:
         env = gym.make(env_id, split=split)

@@ -341,11 +341,13 @@ def ground_world(
     seed: int = 0,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    skip_overlong: bool = False,
 ) -> list[float]:
     """Ground the environment role of `lm` in place on real tool results: `steps` steps of
     next-result prediction (the environment role alone, k real examples per prompt, as SelfSimEnv
     shows) on the oracle's calls of train `tasks` of each env, at `lr` (short warmup, cosine decay).
-    Returns the loss per step.
+    Returns the loss per step. A sequence longer than the context is an error, or with
+    `skip_overlong` left out (the count is logged): never cut.
 
     EnvACE's grounding loss, applied before rehearsal to a world that stays frozen in it: a world
     that shows a value far less often than the real tool does never lets the agent practise on it.
@@ -366,8 +368,14 @@ def ground_world(
         bank = result_bank(demos)
         for demo in demos:
             examples += [env_role_sequence(lm, p, r) for p, r in env_role_prompts(demo, bank, rng, k=k)]
+    if skip_overlong:
+        fitting = [e for e in examples if len(e[0]) <= lm.max_len]
+        log(
+            f"ground world: {len(examples) - len(fitting)} of {len(examples)} sequences exceed the context; left out"
+        )
+        examples = fitting
     if not examples:
-        raise ValueError(f"the oracle made no tool call on tasks {tasks} of {list(env_ids)}")
+        raise ValueError(f"the oracle made no tool call that fits on tasks {tasks} of {list(env_ids)}")
     _check_context(lm, examples)
     log(f"ground world: {len(examples)} environment-role sequences of real results")
     opt = torch.optim.AdamW(lm.model.parameters(), lr=lr, weight_decay=0.01)

@@ -121,6 +121,10 @@ def test_selfsim_replaces_and_wraps_an_mcp_env(tiny_lm, scripted, calls):
     assert json.loads(obs) == {"ok": True, "size": 2} and dict(info["real_result"]) == {"ok": True, "size": 1}
     assert info["fidelity"] == {"exact": 0.0, "field_accuracy": 0.5, "hallucinated_fields": 0.0}
     assert count() == 1
+    mixed = SelfSimEnv(env, model=world, mode="mixed", p_real=1.0, max_result_tokens=64)
+    mixed.reset(options={"task_index": 0})
+    assert not mixed.step("CALL size {}")[4]["imagined"]  # p_real=1: every call is real
+    assert count() == 2
 
 
 def test_a_server_that_cannot_start_is_a_clear_error():
