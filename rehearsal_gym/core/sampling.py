@@ -137,14 +137,15 @@ def sample(
     cache_arg = _cache_argument(model)
     rows = session._rows(prompts, keys, max_new_tokens) if session is not None else None
     if rows is not None:  # continue the kept caches: feed each row its new ids only
+        kept, session.cache = session.cache, None  # a call that fails leaves nothing half-updated
         if rows != list(range(len(session.keys))):
-            session.cache.batch_select_indices(torch.tensor(rows, device=device))
+            kept.batch_select_indices(torch.tensor(rows, device=device))
         held = [len(session.held[r]) for r in rows]
         ids, new_mask = left_pad([p[n:] for p, n in zip(prompts, held, strict=True)], pad_id)
         ids, new_mask = ids.to(device), new_mask.to(device)
         mask = torch.cat([session.mask[rows], new_mask], dim=1)
         positions = torch.tensor(held, device=device)[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
-        cache = {cache_arg: session.cache}
+        cache = {cache_arg: kept}
         session.reused += 1
     else:
         ids, mask = left_pad(prompts, pad_id)
