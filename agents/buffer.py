@@ -43,6 +43,7 @@ class RoleSequence:
     group: int  # the episode's task group in its round (the group baseline averages within it)
     role: Role = Role.AGENT
     skill_ids: list[int] | None = None  # skill turn inserted before the conversation (SEED teacher)
+    world_mask: list[int] | None = None  # real tool-result tokens (agent sequences; ECHO's targets)
 
     @property
     def key(self) -> tuple[int, Role]:
@@ -57,7 +58,16 @@ def role_sequences(
     environment-role sequence per imagined call with sampled tokens."""
     out = []
     for ep, g in zip(episodes, groups, strict=True):
-        out.append(RoleSequence(list(ep.ids), list(ep.agent_mask), list(ep.logprobs), ep.reward, g))
+        out.append(
+            RoleSequence(
+                list(ep.ids),
+                list(ep.agent_mask),
+                list(ep.logprobs),
+                ep.reward,
+                g,
+                world_mask=list(ep.world_mask),
+            )
+        )
         if not train_env_role:
             continue
         for call in ep.imagined:
@@ -134,6 +144,11 @@ class Minibatch:
     advantages: torch.Tensor  # (B, T - 1)
     returns: torch.Tensor | None = None  # (B, T - 1), gae only
     old_values: torch.Tensor | None = None  # (B, T - 1), gae only
+
+    def world_mask(self) -> torch.Tensor:
+        """(B, T - 1): 1 where the target token is part of a real tool result (ECHO's targets)."""
+        rows = [s.world_mask or [0] * len(s.ids) for s in self.seqs]
+        return right_pad(rows, 0, width=self.ids.shape[1])[:, 1:].to(self.mask.device)
 
     def to(self, device: torch.device) -> Minibatch:
         """The same minibatch with its tensors on `device` (the model's)."""

@@ -94,6 +94,9 @@ class RehearsalSection:
     grounding_coef: NonNegativeFloat = (
         0.0  # EnvACE grounding: NLL of the real result for the env role (wrap mode)
     )
+    # ECHO: weight of the NLL of real tool-result tokens in the agent's own conversations (the same
+    # weights and forward pass as the policy loss), real and mixed rounds; 0 = off
+    world_loss_coef: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
         validate(self, "PPOConfig.rehearsal")

@@ -170,6 +170,12 @@ def opd_loss(
     return masked_mean(gate * (teacher - logp), mask)
 
 
+def world_model_loss(logp: torch.Tensor, world_mask: torch.Tensor) -> torch.Tensor:
+    """ECHO: negative log-likelihood of the real tool-result tokens of the agent's own conversations
+    (the same forward pass as the policy loss), token-mean over them; 0 when a batch has none."""
+    return -masked_mean(logp, world_mask)
+
+
 def grounding_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """EnvACE grounding: negative log-likelihood of the real tool result under the environment role,
     token-mean over the result tokens (`logp` are the log-probs of those tokens given the role's prompt)."""

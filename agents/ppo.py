@@ -40,6 +40,7 @@ from .losses import (
     token_kl,
     value_loss,
     weight_negative,
+    world_model_loss,
 )
 from .train_envs import load_world, make_train_envs
 
@@ -52,6 +53,7 @@ STATS = (
     "value_loss",
     "opd_loss",
     "grounding_loss",
+    "world_loss",
 )
 
 
@@ -266,6 +268,10 @@ class PPOTrainer:
             logs["value_loss"] = vl.item()
         if ppo.ent_coef:
             terms["entropy"] = -ppo.ent_coef * entropy(logits, m)
+        if self.config.rehearsal.world_loss_coef:  # ECHO: the policy predicts the real tools' outputs
+            wl = world_model_loss(logp, mb.world_mask())
+            terms["world"] = self.config.rehearsal.world_loss_coef * wl
+            logs["world_loss"] = wl.item()
         return terms, logs
 
     def update(self, buffer: RolloutBuffer | list[RoleSequence]) -> dict[str, float]:

@@ -116,3 +116,19 @@ def test_a_session_reads_afresh_when_a_prompt_does_not_extend_its_conversation(t
     assert session.rebuilt == 3
     with pytest.raises(ValueError, match="one key per prompt"):
         sample(tiny_lm.model, [a], session=session, **kw)
+
+
+def test_the_world_mask_marks_real_tool_results_only(tiny_lm, scripted):
+    from rehearsal_gym.rehearsal.selfsim import SelfSimEnv
+
+    agent = scripted(['CALL add {"a": 1, "b": 2}', "CALL nonsense", "ANSWER 3"])
+    ep = run_episodes(agent, [gym.make("ToolCall-v0", max_turns=3)], [{"task_index": 0}], max_turn_tokens=24)[
+        0
+    ]
+    marked = [i for i, m in zip(ep.ids, ep.world_mask, strict=True) if m]
+    assert len(ep.world_mask) == len(ep.ids)
+    assert tiny_lm.decode(marked) == '{"result": 3}' and marked[-1] == tiny_lm.end_id  # not the error
+    agent = scripted(['CALL add {"a": 1, "b": 2}', "ANSWER 3"])
+    sim = SelfSimEnv("ToolCall-v0", model=scripted(['{"result": 3}']), mode="replace", max_result_tokens=32)
+    ep = run_episodes(agent, [sim], [{"task_index": 0}], max_turn_tokens=24)[0]
+    assert ep.imagined and not any(ep.world_mask)  # an imagined result is no real tool's output

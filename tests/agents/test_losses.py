@@ -191,3 +191,12 @@ def test_opd_gate_and_gradient():
 
 def test_masked_mean_empty_mask():
     assert masked_mean(torch.ones(3), torch.zeros(3)).item() == 0.0
+
+
+def test_world_model_loss_is_the_token_mean_nll_of_the_marked_tokens():
+    from rehearsal_gym.agents.losses import world_model_loss
+
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    mask = torch.tensor([[0, 1, 1], [1, 0, 0]])
+    assert world_model_loss(logp, mask).item() == pytest.approx((2 + 3 + 4) / 3)
+    assert world_model_loss(logp, torch.zeros_like(mask)).item() == 0.0

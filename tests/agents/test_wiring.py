@@ -139,3 +139,31 @@ def test_gradients_are_clipped_to_max_grad_norm(tiny_lm):
     trainer.opt.step = recording_step
     trainer.update(seqs)
     assert norms and max(norms) <= 1e-3 * 1.0001
+
+
+def test_world_loss_raises_the_likelihood_of_real_tool_results(tiny_lm):
+    """ECHO's term: equal rewards (no policy term), the world loss alone makes the policy predict
+    the real result tokens of its own conversation better, and leaves the other tokens' targets."""
+    trainer = _trainer(tiny_lm, world_loss_coef=1.0)
+    seqs = _sequences(trainer, ["ANSWER 2", "ANSWER 3"], [1.0, 1.0])
+    lm = trainer.lm
+    result = lm.turn("env", '{"result": 2}')
+    for s in seqs:  # a real result after each answer, marked as ECHO's targets
+        s.ids += result
+        s.mask += [0] * len(result)
+        s.old_logprobs += [0.0] * len(result)
+        s.world_mask = (
+            [0] * (len(s.ids) - len(result))
+            + [0] * len(lm.head("env"))
+            + [1] * (len(result) - len(lm.head("env")))
+        )
+
+    def result_logp():
+        with torch.no_grad():
+            ids = torch.tensor([seqs[0].ids])
+            logp = token_logprobs(lm.model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0]
+            return float(logp[torch.tensor(seqs[0].world_mask[1:]).bool()].mean())
+
+    before = result_logp()
+    _steps(trainer, seqs)
+    assert result_logp() > before + 0.1
