@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import threading
 import warnings
 import weakref
@@ -34,8 +33,6 @@ from rehearsal_gym.core.protocol import ToolCall, ToolSpec
 
 from .base import ToolEnv, ToolError
 from .toolbox import TaskSource, ToolboxBackend, ToolboxFamily, ToolTask, tool_result
-
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _mcp():
@@ -49,13 +46,11 @@ def _mcp():
 
 def mcp_result(result: Any) -> dict[str, Any]:
     """A ``tools/call`` result as a JSON-object result; raises ToolError for a tool error."""
-    texts = [c.text for c in (getattr(result, "content", None) or []) if getattr(c, "type", "") == "text"]
-    text = "\n".join(texts)
-    if getattr(result, "is_error", False) or getattr(result, "isError", False):
+    text = "\n".join(c.text for c in result.content or [] if getattr(c, "type", "") == "text")
+    if result.is_error:
         raise ToolError(text[:300] or "the tool failed")
-    structured = getattr(result, "structured_content", None) or getattr(result, "structuredContent", None)
-    if isinstance(structured, dict) and structured:
-        return tool_result(structured)
+    if isinstance(result.structured_content, dict) and result.structured_content:
+        return tool_result(result.structured_content)
     try:
         value = json.loads(text)
     except ValueError:
@@ -160,12 +155,12 @@ def tool_specs(tools: Sequence[Any]) -> dict[str, ToolSpec]:
     a warning."""
     specs, skipped = {}, []
     for tool in tools:
-        schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {}
-        if not _NAME_RE.fullmatch(tool.name) or schema.get("type", "object") != "object":
-            skipped.append(tool.name)
-            continue
+        schema = {"type": "object", **(tool.input_schema or {})}
         description = (tool.description or tool.name).strip().splitlines()[0]
-        specs[tool.name] = ToolSpec(tool.name, description, {**schema, "type": "object"})
+        try:  # ToolSpec's own checks: an identifier name, an object schema
+            specs[tool.name] = ToolSpec(tool.name, description, schema)
+        except ValueError:
+            skipped.append(tool.name)
     if skipped:
         warnings.warn(
             f"MCP tools skipped (name or schema not usable): {skipped}", RuntimeWarning, stacklevel=3

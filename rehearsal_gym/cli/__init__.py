@@ -89,8 +89,8 @@ def _env_id(text: str) -> str:
     return env_id
 
 
-def _any_envs(cmd: argparse.ArgumentParser, what: str) -> None:
-    cmd.add_argument("--envs", nargs="+", type=_env_id, default=list(REAL_ENV_IDS), help=what)
+def _any_envs(cmd: argparse.ArgumentParser, what: str, default=REAL_ENV_IDS) -> None:
+    cmd.add_argument("--envs", nargs="+", type=_env_id, default=list(default), help=what)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,12 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(fi, "runs/fidelity")
 
     gw = command("ground-world", cmd_ground_world)
-    gw.add_argument(
-        "--envs",
-        nargs="+",
-        type=_env_id,
-        default=["ToolCall-v0"],
-        help="envs (with an oracle) whose real results ground the world: registered ids, or module:Id",
+    _any_envs(
+        gw,
+        "envs (with an oracle) whose real results ground the world: registered ids, or module:Id",
+        ("ToolCall-v0",),
     )
     gw.add_argument("--first-task", type=int, default=10000, help="first train task of the real results")
     gw.add_argument("--tasks", type=int, default=2000, help="train tasks per env (oracle runs)")

@@ -48,11 +48,11 @@ def _cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
-def _static_cache(model: torch.nn.Module, width: int):
+def _static_cache(model: torch.nn.Module, cache_arg: str, width: int):
     """A preallocated KV cache of `width` positions where the model supports one (no per-token
     copy of the whole cache, as a growing cache makes), else None."""
     inner = _transformers_model(model)
-    if not getattr(inner, "_can_compile_fullgraph", False) or _cache_argument(model) != "cache":
+    if not getattr(inner, "_can_compile_fullgraph", False) or cache_arg != "cache":
         return None
     return StaticCache(config=inner.config, max_cache_len=width)
 
@@ -151,7 +151,9 @@ def sample(
         ids, mask = left_pad(prompts, pad_id)
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        static = None if session is not None else _static_cache(model, ids.shape[1] + max_new_tokens)
+        static = (
+            None if session is not None else _static_cache(model, cache_arg, ids.shape[1] + max_new_tokens)
+        )
         cache = {cache_arg: static} if static is not None else {}
         if session is not None:
             session.rebuilt += 1
