@@ -91,3 +91,26 @@ def scripted(tiny_lm):
     from rehearsal_gym.core.model import LM
 
     return lambda texts: LM(ScriptedModel(tiny_lm, texts), tiny_lm.tokenizer)
+
+
+def local_tokenizer(corpus, specials, eos, pad=None, template=None):
+    """A byte-level BPE trained here (no Hub), as a Hugging Face fast tokenizer: a model nobody
+    here wrote gets a tokenizer nobody here designed (no role tokens; a chat template if given)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        list(corpus) * 20,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=list(specials),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=pad)
+    if template is not None:
+        out.chat_template = template
+    return out

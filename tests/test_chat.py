@@ -7,12 +7,12 @@ import warnings
 import gymnasium as gym
 import pytest
 import torch
+from conftest import local_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rehearsal_gym.agents import PPOConfig, PPOTrainer
 from rehearsal_gym.agents.buffer import role_sequences
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rehearsal_gym.core.chat import SYSTEM_PROMPT, ChatCodec, TemplateError, chat_layout
 from rehearsal_gym.core.model import LM
@@ -57,22 +57,14 @@ NO_STOP_TOKEN = (
 )
 
 
-def _tokenizer(template: str) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>', "Request: add 2"] * 20
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
+def _tokenizer(template: str):
+    return local_tokenizer(
+        ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>', "Request: add 2"],
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        template=template,
     )
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    out.chat_template = template
-    return out
 
 
 @pytest.fixture(scope="module")

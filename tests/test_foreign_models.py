@@ -6,14 +6,13 @@ import copy
 import gymnasium as gym
 import pytest
 import torch
+from conftest import local_tokenizer
 from rehearsal_gym.agents import PPOConfig, PPOTrainer
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
-    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
@@ -28,27 +27,18 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tokenizer(chat: bool) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if chat else ["<|endoftext|>"]
-    corpus = [
-        'CALL add {"a": 1, "b": 2}',
-        "ANSWER 3",
-        "Tools: add(a: number, b: number) - a + b",
-        "Request: what is 2 plus 2?",
-    ] * 20
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
+def _tokenizer(chat: bool):
+    return local_tokenizer(
+        [
+            'CALL add {"a": 1, "b": 2}',
+            "ANSWER 3",
+            "Tools: add(a: number, b: number) - a + b",
+            "Request: what is 2 plus 2?",
+        ],
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if chat else ["<|endoftext|>"],
+        eos="<|endoftext|>",
+        template=CHAT_TEMPLATE if chat else None,
     )
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
-    if chat:
-        out.chat_template = CHAT_TEMPLATE
-    return out
 
 
 def _model(arch: str, vocab: int) -> torch.nn.Module:
