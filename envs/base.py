@@ -10,6 +10,7 @@ family into a Gymnasium env (`envs.explain` labels a finished trajectory for ski
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -240,9 +241,12 @@ class Family(ABC):
 
 
 def execute(backend: Backend, call: ToolCall) -> dict[str, Any]:
-    """Run a parsed call; a refused call becomes an ``{"error": ...}`` result, never an exception."""
+    """Run a parsed call; a refused call becomes an ``{"error": ...}`` result, never an exception.
+
+    The backend gets a copy of the arguments: a tool that keeps or changes them (BFCL's classes
+    extend a list they were given) must not rewrite the episode's recorded call."""
     try:
-        return backend.call(call)
+        return backend.call(ToolCall(call.name, copy.deepcopy(call.arguments)))
     except ToolError as e:
         return {"error": str(e)}
 

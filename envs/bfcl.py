@@ -119,9 +119,7 @@ class BFCLToolbox:
         if name not in self.methods:
             raise ToolError(f"{name} is not available in this task")
         try:
-            # a copy: the API classes keep argument lists in their state and extend them later, which
-            # would rewrite the episode's recorded calls
-            value = self.methods[name](**copy.deepcopy(dict(arguments)))
+            value = self.methods[name](**arguments)  # `execute` passes a copy of the recorded call
             # MathAPI returns mpmath numbers: shown as JSON numbers, as BFCL's checker prints them
             return tool_result(json.loads(json.dumps(value, default=_plain)))
         except ToolError:

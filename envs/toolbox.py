@@ -19,7 +19,6 @@ finish on its own and the episode's later calls are refused.
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import functools
 import hashlib
 import inspect
@@ -171,8 +170,7 @@ class ToolboxBackend(Backend):
     def call(self, call: ToolCall) -> dict[str, Any]:
         self.calls += 1
         try:
-            # a copy: a tool that keeps or changes its arguments must not rewrite the recorded call
-            value = self.run(getattr(self.toolbox, call.name), **copy.deepcopy(call.arguments))
+            value = self.run(getattr(self.toolbox, call.name), **call.arguments)
         except ToolError:  # raised by the tool (a refusal in its own words) or by a timeout
             raise
         except (Exception, SystemExit) as e:  # any other failure of the user's tool: the agent sees it
