@@ -6,6 +6,7 @@ context), this is the world's fidelity that `rehearsal-gym fidelity` cannot meas
 
     python benchmarks/oracle_fidelity.py --env BFCL-v0 --tasks 40
     python benchmarks/oracle_fidelity.py --env BFCL-v0 --tasks 40 --model runs/bfcl-world
+    python benchmarks/oracle_fidelity.py --env ToolCall-v0 --tasks 100 --temperature 0.7
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> None:
         "--model", default=None, help="the world: model directory or Hub id (default: the default)"
     )
     parser.add_argument("--max-result-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=1.0, help="the world's sampling temperature")
     args = parser.parse_args()
     world = resolve_lm(args.model)
     env = gym.make(
@@ -38,6 +40,7 @@ def main() -> None:
         mode="wrap",
         split="test",
         max_result_tokens=args.max_result_tokens,
+        temperature=args.temperature,
         max_turns=10_000,
     )
     rows, calls, invalid = [], 0, 0

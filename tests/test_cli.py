@@ -333,3 +333,26 @@ def test_eval_and_fidelity_take_a_user_env_by_module_and_id(tiny_lm, tmp_path):
         env=env,
     )
     assert out.returncode == 2 and "cannot import 'no_such_module'" in out.stderr
+
+
+def test_rehearse_reports_success_changes_and_cost_per_budget(tiny_lm, tmp_path):
+    tiny_lm.save(tmp_path / "model")
+    tiny_lm.save(tmp_path / "world")
+    cmd = [sys.executable, "-m", "rehearsal_gym.cli", "rehearse", "--envs", "ToolCall-v0", "--tasks", "2"]
+    cmd += ["--first-task", "5", "--budgets", "0", "2", "--horizon", "1", "--model", str(tmp_path / "model")]
+    cmd += ["--world-model", str(tmp_path / "world"), "--out", str(tmp_path / "reh"), "--quiet"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"rule vote, world: {tmp_path / 'world'}" in out.stdout
+    rows = (tmp_path / "reh" / "rehearsal.csv").read_text().splitlines()
+    assert rows[0] == "env,N,tasks,success,gained vs N=0,lost,p,decisions,changed,sequences per decision"
+    base, rehearsed = (r.split(",") for r in rows[1:])
+    assert base[1] == "0" and base[4:7] == ["0", "0", "1.000"] and base[9] == "1.0"
+    assert rehearsed[1] == "2" and float(rehearsed[9]) >= 2.0  # two candidates at least per decision
+    bad = subprocess.run(
+        [*cmd[:-5], "--world-model", str(tmp_path / "missing"), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bad.returncode != 0 and "--world-model" in bad.stderr

@@ -227,11 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     re_ = command("rehearse", cmd_rehearse)
     _envs(re_)
     re_.add_argument(
-        "--budgets", nargs="+", type=int, default=[0, 2, 4], help="rehearsed candidates per real action"
+        "--budgets", nargs="+", type=int, default=[0, 2, 4, 8], help="rehearsed candidates per real action"
     )
     re_.add_argument("--horizon", type=int, default=3, help="imagined turns per rehearsal")
-    re_.add_argument("--sequential", action="store_true", help="each rehearsal sees the earlier ones")
+    re_.add_argument(
+        "--rule", choices=["vote", "first-pass"], default="vote", help="which rehearsed candidate is executed"
+    )
+    re_.add_argument(
+        "--world-model", default="", help="model directory of the environment role (default: the policy)"
+    )
     re_.add_argument("--tasks", type=int, default=30, help="held-out tasks per env")
+    re_.add_argument("--first-task", type=int, default=0, help="index of the first held-out task")
     _common(re_, "runs/rehearsal")
 
     tr = command("train", cmd_train)

@@ -286,21 +286,49 @@ def cmd_ground_world(args: argparse.Namespace) -> int:
 
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
-    """Held-out success with private rehearsal budgets N (rehearsed candidates per real action)."""
-    from rehearsal_gym.core.report import write_table
+    """Held-out success with private rehearsal budgets N (rehearsed candidates per real action), how
+    often rehearsal changed the executed action, and what it cost in generated sequences."""
+    from rehearsal_gym.core.model import LM
+    from rehearsal_gym.core.report import paired_sign_test, write_table
     from rehearsal_gym.rehearsal.planner import RehearsalConfig, planner_success
 
     lm = _model(args)
+    world = None
+    if args.world_model:
+        try:
+            world = LM.load(args.world_model, device=lm.device, dtype=args.dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--world-model: {e}") from None
     rows = []
     for env_id in args.envs:
-        row: dict[str, object] = {"env": env_id, "tasks": args.tasks}
+        baseline = None
         for n in args.budgets:
-            config = RehearsalConfig(n=n, horizon=args.horizon, sequential=args.sequential)
-            result = planner_success(lm, env_id, args.tasks, config)
-            row[f"N={n}"] = result["success"]
-            print(f"{env_id} N={n}: {result['success']:.1%} ({result['rehearsals']} rehearsals)", flush=True)
-        rows.append(row)
-    print(f"\nHeld-out success with private rehearsal ({'sequential' if args.sequential else 'parallel'})\n")
+            config = RehearsalConfig(n=n, horizon=args.horizon, rule=args.rule)
+            r = planner_success(lm, env_id, args.tasks, config, first_task=args.first_task, world=world)
+            baseline = baseline if baseline is not None else r["wins"]
+            test = paired_sign_test(baseline, r["wins"])
+            decisions = max(r["decisions"], 1)
+            rows.append(
+                {
+                    "env": env_id,
+                    "N": n,
+                    "tasks": args.tasks,
+                    "success": round(r["success"], 4),
+                    f"gained vs N={args.budgets[0]}": test["gained"],
+                    "lost": test["lost"],
+                    "p": f"{test['p_value']:.3f}",
+                    "decisions": r["decisions"],
+                    "changed": round(r["changed"] / decisions, 4),
+                    "sequences per decision": f"{r['generated'] / decisions:.1f}",
+                }
+            )
+            print(
+                f"{env_id} N={n}: {r['success']:.1%}, {r['changed']} of {r['decisions']} actions changed, "
+                f"{r['generated'] / decisions:.1f} sequences per decision",
+                flush=True,
+            )
+    world_name = args.world_model or "the policy"
+    print(f"\nHeld-out success with private rehearsal (rule {args.rule}, world: {world_name})\n")
     print(write_table(rows, Path(args.out), "rehearsal"))
     return 0
 
