@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rehearsal_gym.core.protocol import (
@@ -209,6 +209,8 @@ def test_json_format_parser_never_raises(head, tail):
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=10), json_values, max_size=4))
+@example({"": "</tool_call>"})  # a string argument holding the closing tag (found by hypothesis)
+@example({"a": "x</tool_call><tool_call>"})
 def test_json_format_round_trip_call(arguments):
     text = format_call("anything", arguments, "json")
     assert parse_turn(text, TOOLS, "json") == ToolCall("anything", json.loads(json.dumps(arguments)))

@@ -260,6 +260,17 @@ def _json_value(raw: str, what: str) -> Any:
     return value
 
 
+def _call_end(body: str) -> int:
+    """Where the closing tag of a call's body starts: right after its JSON value when the body
+    opens with one (a string argument may itself contain the closing tag), else the first tag."""
+    try:
+        _, stop = json.JSONDecoder().raw_decode(body, len(body) - len(body.lstrip()))
+    except (ValueError, RecursionError):
+        return body.find(TOOL_CALL_CLOSE)
+    at = len(body) - len(body[stop:].lstrip())
+    return at if body.startswith(TOOL_CALL_CLOSE, at) else body.find(TOOL_CALL_CLOSE)
+
+
 def _parse_json_turn(stripped: str, tools: Mapping[str, ToolSpec]) -> Turn:
     start = stripped.find(TOOL_CALL_OPEN)
     if start < 0:
@@ -267,7 +278,7 @@ def _parse_json_turn(stripped: str, tools: Mapping[str, ToolSpec]) -> Turn:
             return ParseError(f"{TOOL_CALL_CLOSE} without {TOOL_CALL_OPEN}. {JSON_USAGE}")
         return FinalAnswer(stripped)
     body = stripped[start + len(TOOL_CALL_OPEN) :]
-    end = body.find(TOOL_CALL_CLOSE)
+    end = _call_end(body)
     if end < 0:
         return ParseError(f"{TOOL_CALL_OPEN} is not closed by {TOOL_CALL_CLOSE}. {JSON_USAGE}")
     after = body[end + len(TOOL_CALL_CLOSE) :].strip()
